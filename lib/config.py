@@ -1,0 +1,41 @@
+"""Run-time settings read from the environment, in one place.
+
+``BOOK_SCALE``
+    ``fast`` (default): every chapter executes in about a minute on a 2-core CPU.
+    ``full``: the papers' own sizes, for a bigger machine.
+``BOOK_MODE``
+    How :func:`lib.viz.explore` shows an exploration: unset in a live kernel (sliders), ``build``
+    while the book is built (an animation that moves without a kernel), ``test`` under the test
+    runner (one frame at the default values). The Makefile sets it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TypeVar
+
+T = TypeVar("T")
+
+SCALES = ("fast", "full")
+MODES = ("live", "build", "test")
+
+
+def book_scale() -> str:
+    """The experiment scale: ``"fast"`` unless ``BOOK_SCALE=full``."""
+    scale = os.environ.get("BOOK_SCALE", "fast").strip().lower() or "fast"
+    if scale not in SCALES:
+        raise ValueError(f"BOOK_SCALE must be one of {SCALES}, got {scale!r}")
+    return scale
+
+
+def scaled(fast: T, full: T) -> T:
+    """Pick the ``fast`` or ``full`` value of a setting according to ``BOOK_SCALE``."""
+    return full if book_scale() == "full" else fast
+
+
+def book_mode() -> str:
+    """``"live"``, ``"build"`` or ``"test"`` according to ``BOOK_MODE`` (unset means live)."""
+    mode = os.environ.get("BOOK_MODE", "live").strip().lower() or "live"
+    if mode not in MODES:
+        raise ValueError(f"BOOK_MODE must be one of {MODES}, got {mode!r}")
+    return mode

@@ -1,0 +1,358 @@
+"""Diagonal linear state space models (SSMs), after Slutzky et al. 2025, §2.2–2.3.
+
+A diagonal SSM of dimension d has parameters a, b, c ∈ R^d (A = diag(a), B = b, C = cᵀ). On an
+input sequence x = (x_1, …, x_κ) it runs the recurrence
+
+    s_k = A s_{k−1} + B x_k,   y_k = C s_k,   s_0 = 0,                            (eq. 1)
+
+and outputs the last element, which unrolls into a convolution with the impulse response:
+
+    φ_{(A,B,C)}(x) = y_κ = Σ_{k'=0}^{κ−1} h_{k'} x_{κ−k'},                            (eq. 2)
+    h_{k'} = C A^{k'} B = Σ_j c_j b_j a_j^{k'}.
+
+Every function accepts parameters with optional *leading batch dimensions* (shape ``(..., d)``),
+so that several students (seeds) are evaluated in one call; a, b and c must share one shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from lib._checks import DTYPE, as_int, as_positive_float, as_tensor, same_shapes
+
+
+class SSM(NamedTuple):
+    """The parameters (a, b, c) of a diagonal SSM: A = diag(a), B = b, C = cᵀ."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor
+
+    @property
+    def dim(self) -> int:
+        """The state dimension d."""
+        return int(self.a.shape[-1])
+
+
+def _check_abc(a, b, c) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a = as_tensor(a, "a", min_ndim=1)
+    b = as_tensor(b, "b", min_ndim=1)
+    c = as_tensor(c, "c", min_ndim=1)
+    same_shapes({"a": a, "b": b, "c": c})
+    if a.shape[-1] == 0:
+        raise ValueError("the state dimension d must be at least 1, got a of length 0")
+    return a, b, c
+
+
+def _as_ssm(model, name: str) -> SSM:
+    if isinstance(model, dict):
+        missing = {"a", "b", "c"} - set(model)
+        if missing:
+            raise ValueError(f"{name} must have keys a, b, c; missing {sorted(missing)}")
+        model = (model["a"], model["b"], model["c"])
+    if not isinstance(model, tuple) or len(model) != 3:
+        raise ValueError(
+            f"{name} must be an SSM (a, b, c) or a dict with keys a, b, c, got {model!r:.80}"
+        )
+    return SSM(*_check_abc(*model))
+
+
+def _powers(a: torch.Tensor, length: int) -> torch.Tensor:
+    """The matrix of powers a_j^k, shape ``(..., length, d)``, by cumulative products.
+
+    Cumulative products (rather than ``a ** k``) keep the derivative at a_j = 0 exact: the
+    derivative of a^0 is 0, not 0·0^{−1} = nan.
+    """
+    ones = torch.ones_like(a).unsqueeze(-2)
+    if length == 1:
+        return ones
+    repeated = a.unsqueeze(-2).expand(*a.shape[:-1], length - 1, a.shape[-1])
+    return torch.cat([ones, torch.cumprod(repeated, dim=-2)], dim=-2)
+
+
+def impulse_response(a, b, c, length: int) -> torch.Tensor:
+    """The impulse response h_k = C A^k B = Σ_j c_j b_j a_j^k for k = 0, …, length − 1 (eq. 2).
+
+    Parameters a, b, c of shape ``(..., d)``; returns shape ``(..., length)``. Differentiable.
+    """
+    a, b, c = _check_abc(a, b, c)
+    length = as_int(length, "length", minimum=1)
+    return (_powers(a, length) @ (b * c).unsqueeze(-1)).squeeze(-1)
+
+
+def _check_inputs(x) -> torch.Tensor:
+    x = as_tensor(x, "x", ndim=2)
+    if x.shape[1] < 1:
+        raise ValueError(f"x must have shape (n, kappa) with kappa >= 1, got {tuple(x.shape)}")
+    return x
+
+
+def ssm_output(a, b, c, x) -> torch.Tensor:
+    """The SSM's last output y_κ for a batch of sequences, through the closed form (eq. 2).
+
+    ``x`` has shape ``(n, κ)``, row i being (x_1, …, x_κ) of sequence i. With parameters of shape
+    ``(..., d)`` the result has shape ``(..., n)``: y_i = Σ_{l=1}^{κ} h_{κ−l} x^{(i)}_l.
+    """
+    x = _check_inputs(x)
+    h = impulse_response(a, b, c, x.shape[1])
+    return h.flip(-1) @ x.T
+
+
+def ssm_recurrence(a, b, c, x) -> torch.Tensor:
+    """The same output as :func:`ssm_output`, by running the recurrence (eq. 1) step by step.
+
+    The straightforward reference implementation: κ state updates s ← a ⊙ s + b x_k. Used to test
+    the closed form, and as the baseline of the benchmarks.
+    """
+    a, b, c = _check_abc(a, b, c)
+    x = _check_inputs(x)
+    state = torch.zeros(*a.shape[:-1], x.shape[0], a.shape[-1], dtype=DTYPE)
+    for k in range(x.shape[1]):
+        state = a.unsqueeze(-2) * state + b.unsqueeze(-2) * x[:, k].unsqueeze(-1)
+    return (state * c.unsqueeze(-2)).sum(-1)
+
+
+def generalization_error(student, teacher, length: int, *, normalize: bool = False) -> torch.Tensor:
+    """Definition 1 of Slutzky et al. 2025: the largest gap of the first ``length`` impulse entries.
+
+        Gen_k = max_{k' ∈ {0, …, k−1}} |C A^{k'} B − C* (A*)^{k'} B*|.
+
+    ``student`` and ``teacher`` are :class:`SSM` tuples (or dicts with keys a, b, c); the student
+    may carry leading batch dimensions. With ``normalize=True`` the error is divided by the
+    teacher's largest impulse entry max_{k'<k} |h*_{k'}| (the normalization of the paper's Tables 1
+    and 3, row 1), so that the zero map scores 1. Returns a tensor of the batch shape.
+    """
+    student = _as_ssm(student, "student")
+    teacher = _as_ssm(teacher, "teacher")
+    if teacher.a.ndim != 1:
+        raise ValueError(f"teacher parameters must be 1-D, got shape {tuple(teacher.a.shape)}")
+    length = as_int(length, "length", minimum=1)
+    h = impulse_response(*student, length)
+    h_star = impulse_response(*teacher, length)
+    error = (h - h_star).abs().amax(-1)
+    if normalize:
+        scale = h_star.abs().max()
+        if scale == 0:
+            raise ValueError("cannot normalize: the teacher's impulse response is identically zero")
+        error = error / scale
+    return error
+
+
+def characterization_coefficients(a, b, c, x, y, *, head=None) -> torch.Tensor:
+    """The coefficients γ^{(l)}(t), l = 0, …, κ−2, of Proposition 1 (Slutzky et al. 2025, eq. 8).
+
+    Under gradient flow on ℓ = (1/n) Σ_i (y_i − σ(φ(x^{(i)})))², each diagonal entry moves as
+
+        ȧ_j = b_j c_j Σ_{l=0}^{κ−2} γ^{(l)} a_j^l,                                     (eq. 7)
+        γ^{(l)} = (2(l+1)/n) Σ_i δ_i g_i x^{(i)}_{κ−l−1},                                (eq. 8)
+
+    with residuals δ_i = y_i − σ(φ(x^{(i)})) (eq. 9) and gains g_i = σ'(φ(x^{(i)})) (eq. 10),
+    x 1-indexed. ``head`` is the non-linear map σ, a callable taking the SSM outputs z of shape
+    ``(n,)`` to predictions of shape ``(n,)`` *sample by sample* (its parameters w live in the
+    closure); ``None`` means a standalone SSM (σ = identity, g ≡ 1). Parameters must be 1-D here.
+
+    Returns a tensor of shape ``(κ−1,)``; γ^{(0)} depends only on the penultimate inputs x_{κ−1}.
+    """
+    a, b, c = _check_abc(a, b, c)
+    if a.ndim != 1:
+        raise ValueError(f"a, b, c must be 1-D here, got shape {tuple(a.shape)}")
+    x = _check_inputs(x)
+    n, kappa = x.shape
+    if kappa < 2:
+        raise ValueError(f"Proposition 1 needs sequences of length kappa >= 2, got kappa = {kappa}")
+    y = as_tensor(y, "y", ndim=1)
+    if y.shape[0] != n:
+        raise ValueError(
+            f"y must have one label per sequence: {n} sequences, got {y.shape[0]} labels"
+        )
+    if head is not None and not callable(head):
+        raise ValueError(
+            f"head must be a callable z -> predictions or None, got {type(head).__name__}"
+        )
+
+    z = ssm_output(a.detach(), b.detach(), c.detach(), x)
+    if head is None:
+        prediction, gain = z, torch.ones_like(z)
+    else:
+        z = z.clone().requires_grad_(True)
+        prediction = head(z)
+        if not isinstance(prediction, torch.Tensor) or prediction.shape != z.shape:
+            raise ValueError(f"head(z) must return a tensor of shape {tuple(z.shape)}")
+        (gain,) = torch.autograd.grad(prediction.sum(), z)
+        prediction = prediction.detach()
+    residual = y - prediction
+    weights = residual * gain  # δ_i g_i
+    powers = torch.arange(kappa - 1, dtype=DTYPE)
+    # x_{κ−l−1} (1-indexed) is column κ−l−2 (0-indexed): columns κ−2, κ−3, …, 0.
+    columns = x[:, : kappa - 1].flip(-1)
+    return 2 * (powers + 1) / n * (weights @ columns)
+
+
+def characterization_velocity(a, b, c, gammas) -> torch.Tensor:
+    """The right-hand side of eq. (7): ȧ_j = b_j c_j Σ_l γ^{(l)} a_j^l, for 1-D a, b, c."""
+    a, b, c = _check_abc(a, b, c)
+    gammas = as_tensor(gammas, "gammas", ndim=1)
+    if a.ndim != 1:
+        raise ValueError(f"a, b, c must be 1-D here, got shape {tuple(a.shape)}")
+    return b * c * (_powers(a, gammas.shape[0]) * gammas.unsqueeze(-1)).sum(-2)
+
+
+def effective_rank(a) -> torch.Tensor:
+    """Effective rank of A = diag(a) (Roy & Vetterli 2007), as plotted by Slutzky et al. 2025.
+
+    With p_j = |a_j| / Σ_k |a_k|: erank = exp(−Σ_j p_j ln p_j) (terms with p_j = 0 count as 0).
+    It lies in [1, d]; a single non-zero entry gives 1. Accepts shape ``(..., d)``.
+    """
+    a = as_tensor(a, "a", min_ndim=1)
+    magnitude = a.abs()
+    total = magnitude.sum(-1, keepdim=True)
+    if bool((total == 0).any()):
+        raise ValueError("effective rank is undefined for a = 0")
+    p = magnitude / total
+    entropy = -torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p)).sum(-1)
+    return torch.exp(entropy)
+
+
+# --------------------------------------------------------------------------------------------
+# Teachers
+# --------------------------------------------------------------------------------------------
+
+
+def theorem1_teacher(d: int) -> SSM:
+    """The teacher of Assumption 1 (Slutzky et al. 2025): A* = diag(1, 0), B* = C*ᵀ = (1, √(d−1)).
+
+    It depends on the *student's* dimension d. Its impulse response is (d, 1, 1, …), the same as
+    that of the student with B = 1, C = 1ᵀ and a = (1, 0, …, 0).
+    """
+    d = as_int(d, "d", minimum=2)
+    root = math.sqrt(d - 1)
+    return SSM(
+        a=torch.tensor([1.0, 0.0], dtype=DTYPE),
+        b=torch.tensor([1.0, root], dtype=DTYPE),
+        c=torch.tensor([1.0, root], dtype=DTYPE),
+    )
+
+
+def ones_teacher() -> SSM:
+    """The teacher of dimension 1, A* = B* = C* = 1: impulse response (1, 1, …), label Σ_l x_l."""
+    one = torch.ones(1, dtype=DTYPE)
+    return SSM(one.clone(), one.clone(), one.clone())
+
+
+# --------------------------------------------------------------------------------------------
+# Training sequences
+# --------------------------------------------------------------------------------------------
+
+
+def _check_positions(positions, kappa: int, name: str) -> list[int]:
+    if isinstance(positions, int) and not isinstance(positions, bool):
+        positions = [positions]
+    try:
+        positions = [as_int(p, name) for p in positions]
+    except TypeError:
+        raise ValueError(f"{name} must be a list of positions, got {positions!r}") from None
+    if not positions:
+        raise ValueError(f"{name} must name at least one position")
+    bad = [p for p in positions if not 1 <= p <= kappa]
+    if bad:
+        raise ValueError(f"{name} are 1-indexed and must lie in 1..{kappa}, got {bad}")
+    if len(set(positions)) != len(positions):
+        raise ValueError(f"{name} must not repeat, got {positions}")
+    return positions
+
+
+def unit_impulse(kappa: int, position: int) -> torch.Tensor:
+    """The sequence e_position ∈ R^κ (1-indexed), as a row of shape ``(1, κ)``.
+
+    Theorem 1 trains on e_1 and appends the clean "special" example e_{κ−1}.
+    """
+    kappa = as_int(kappa, "kappa", minimum=1)
+    (position,) = _check_positions([position], kappa, "position")
+    x = torch.zeros(1, kappa, dtype=DTYPE)
+    x[0, position - 1] = 1.0
+    return x
+
+
+def random_sequences(n: int, kappa: int, positions, generator: torch.Generator) -> torch.Tensor:
+    """``n`` length-κ sequences, i.i.d. N(0, 1) at ``positions`` (1-indexed) and 0 elsewhere."""
+    n = as_int(n, "n", minimum=0)
+    kappa = as_int(kappa, "kappa", minimum=1)
+    positions = _check_positions(positions, kappa, "positions")
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    x = torch.zeros(n, kappa, dtype=DTYPE)
+    values = torch.randn(n, len(positions), generator=generator, dtype=DTYPE)
+    x[:, [p - 1 for p in positions]] = values
+    return x
+
+
+def baseline_and_special(
+    kappa: int,
+    n_baseline: int,
+    n_special: int,
+    *,
+    baseline_positions,
+    special_positions,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The "baseline" and "special" sequences of Slutzky et al. 2025 (§4, Tables 4–5, 10–11).
+
+    Baseline sequences are non-zero (N(0, 1)) only at ``baseline_positions``; special ones only at
+    ``special_positions`` (1-indexed, typically the last one or two). The baseline sequences are
+    drawn first from one generator seeded with ``seed``, so they are *identical* whether or not
+    special sequences are added: the poisoned training set is the clean one with examples appended.
+
+    Returns ``(x_baseline, x_special)`` of shapes ``(n_baseline, κ)`` and ``(n_special, κ)``.
+    """
+    kappa = as_int(kappa, "kappa", minimum=2)
+    seed = as_int(seed, "seed", minimum=0)
+    generator = torch.Generator().manual_seed(seed)
+    x_baseline = random_sequences(n_baseline, kappa, baseline_positions, generator)
+    x_special = random_sequences(n_special, kappa, special_positions, generator)
+    return x_baseline, x_special
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 3: zero training loss, arbitrary error at length κ + 1
+# --------------------------------------------------------------------------------------------
+
+
+def fit_impulse_response(a, targets) -> SSM:
+    """A student with the given distinct poles a whose impulse response starts with ``targets``.
+
+    Solves the Vandermonde system Σ_j g_j a_j^k = r_k, k = 0, …, m−1 (proof of Proposition 3 in
+    Slutzky et al. 2025, App. B) and returns (a, B = 1, C = gᵀ). Needs m = len(targets) ≤ d = len(a)
+    distinct poles; with m < d the minimum-norm solution is taken.
+    """
+    a = as_tensor(a, "a", ndim=1)
+    targets = as_tensor(targets, "targets", ndim=1)
+    d, m = a.shape[0], targets.shape[0]
+    if m == 0 or m > d:
+        raise ValueError(f"need 1 <= len(targets) <= len(a); got {m} targets and {d} poles")
+    gaps = (a.unsqueeze(0) - a.unsqueeze(1)).abs() + torch.eye(d, dtype=DTYPE)
+    if bool((gaps < 1e-8).any()):
+        raise ValueError("the poles a must be distinct (the Vandermonde system is singular)")
+    vandermonde = _powers(a, m)  # (m, d): row k holds a_j^k
+    g = torch.linalg.lstsq(vandermonde, targets.unsqueeze(-1), driver="gelsd").solution.squeeze(-1)
+    return SSM(a=a.clone(), b=torch.ones(d, dtype=DTYPE), c=g)
+
+
+def proposition3_student(teacher, kappa: int, epsilon: float, *, d: int | None = None) -> SSM:
+    """Proposition 3 (Slutzky et al. 2025; also Cohen-Karlik et al. 2023): a bad interpolant.
+
+    Returns a student of dimension d (default κ + 1) whose first κ impulse entries equal the
+    teacher's, so it fits *any* training set of length-κ sequences with zero loss, while its entry
+    h_κ exceeds the teacher's by ``epsilon``: Gen_{κ+1} = ε. The poles are Chebyshev points in
+    (−1, 1), distinct, which keeps the Vandermonde system well conditioned.
+    """
+    teacher = _as_ssm(teacher, "teacher")
+    kappa = as_int(kappa, "kappa", minimum=1)
+    epsilon = as_positive_float(epsilon, "epsilon", allow_zero=True)
+    d = kappa + 1 if d is None else as_int(d, "d", minimum=kappa + 1)
+    targets = impulse_response(*teacher, kappa + 1).clone()
+    targets[kappa] += epsilon
+    nodes = torch.cos(math.pi * (torch.arange(d, dtype=DTYPE) + 0.5) / d) * 0.95
+    return fit_impulse_response(nodes, targets)

@@ -1,0 +1,300 @@
+"""One plotting style for the book, a few shared plots, and :func:`explore`.
+
+:func:`explore` turns a drawing function ``fn(fig, **params)`` into an interactive exploration:
+
+* in a live kernel: ipywidgets sliders (``continuous_update=False``), redrawing on release;
+* while the book is built (``BOOK_MODE=build``): a scrub-able animation over a few values of one
+  parameter (matplotlib's ``to_jshtml``), so the static page still moves;
+* under the test runner (``BOOK_MODE=test``): one frame at the default values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+
+from lib.config import book_mode
+
+COLORS = {
+    "teacher": "#222222",
+    "clean": "#1f77b4",
+    "poisoned": "#d62728",
+    "student": "#2ca02c",
+    "flow": "#1f77b4",
+    "descent": "#ff7f0e",
+    "window": "#dddddd",
+}
+
+
+def use_style() -> None:
+    """Apply the book's matplotlib style (called on import)."""
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (7.0, 3.6),
+            "figure.dpi": 100,
+            "savefig.dpi": 100,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "legend.fontsize": 9,
+            "legend.frameon": False,
+            "lines.linewidth": 1.8,
+            "font.size": 10,
+            "animation.embed_limit": 40.0,
+        }
+    )
+
+
+use_style()
+
+
+def plot_impulse_responses(
+    ax,
+    responses: Mapping[str, Sequence[float]],
+    *,
+    kappa: int | None = None,
+    colors: Mapping[str, str] | None = None,
+    styles: Mapping[str, str] | None = None,
+) -> None:
+    """Plot impulse responses h_0, h_1, … against k, shading the training window k < κ.
+
+    ``responses`` maps a legend label to the entries; ``colors`` and ``styles`` optionally map
+    labels to matplotlib colours and line styles.
+    """
+    if not responses:
+        raise ValueError("responses must map at least one label to an impulse response")
+    colors = dict(colors or {})
+    styles = dict(styles or {})
+    for label, h in responses.items():
+        h = np.asarray(h, dtype=float)
+        if h.ndim != 1:
+            raise ValueError(f"impulse response {label!r} must be 1-D, got shape {h.shape}")
+        ax.plot(
+            np.arange(len(h)),
+            h,
+            styles.get(label, "o-"),
+            ms=3.5,
+            label=label,
+            color=colors.get(label),
+        )
+    if kappa is not None:
+        ax.axvspan(
+            -0.5,
+            kappa - 0.5,
+            color=COLORS["window"],
+            alpha=0.6,
+            lw=0,
+            label=f"seen in training (k < κ = {kappa})",
+        )
+    ax.set_xlabel("k")
+    ax.set_ylabel("impulse response $h_k$")
+    ax.legend()
+
+
+def plot_loss(
+    ax, times, losses, *, label: str | None = None, color: str | None = None, logx: bool = False
+) -> None:
+    """Loss curve on a log scale (log–log with ``logx``, dropping times <= 0)."""
+    times = np.asarray(times, dtype=float)
+    losses = np.asarray(losses, dtype=float)
+    if times.shape != losses.shape or times.ndim != 1:
+        raise ValueError(
+            f"times and losses must be 1-D of one length, got {times.shape}, {losses.shape}"
+        )
+    keep = times > 0 if logx else np.ones_like(times, dtype=bool)
+    ax.plot(times[keep], losses[keep], label=label, color=color)
+    ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_ylabel("training loss")
+
+
+# --------------------------------------------------------------------------------------------
+# Interactive exploration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slider:
+    """A numeric parameter for :func:`explore`: range [lo, hi], a default, optional log scale."""
+
+    lo: float
+    hi: float
+    default: float
+    log: bool = False
+    step: float | None = None
+
+    def __post_init__(self):
+        for name in ("lo", "hi", "default"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not np.isfinite(value)
+            ):
+                raise ValueError(f"Slider.{name} must be a finite number, got {value!r}")
+        if not self.lo < self.hi:
+            raise ValueError(f"Slider needs lo < hi, got lo={self.lo}, hi={self.hi}")
+        if not self.lo <= self.default <= self.hi:
+            raise ValueError(f"Slider default {self.default} is outside [{self.lo}, {self.hi}]")
+        if self.log and self.lo <= 0:
+            raise ValueError(f"a log-scale Slider needs lo > 0, got lo={self.lo}")
+
+    @property
+    def integer(self) -> bool:
+        return (
+            not self.log
+            and all(isinstance(v, int) for v in (self.lo, self.hi, self.default))
+            and (self.step is None or float(self.step).is_integer())
+        )
+
+    def frames(self, count: int) -> list:
+        """``count`` values spread over the range (geometrically for log sliders)."""
+        if self.log:
+            values = np.geomspace(self.lo, self.hi, count)
+        else:
+            values = np.linspace(self.lo, self.hi, count)
+        if self.integer:
+            return sorted({int(round(v)) for v in values})
+        return [float(v) for v in values]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A parameter for :func:`explore` taking one of a few values; the first is the default."""
+
+    options: tuple
+
+    def __post_init__(self):
+        if len(self.options) == 0:
+            raise ValueError("Choice needs at least one option")
+
+    @property
+    def default(self):
+        return self.options[0]
+
+    def frames(self, count: int) -> list:
+        return list(self.options)
+
+
+def _as_spec(name: str, spec) -> Slider | Choice:
+    if isinstance(spec, (Slider, Choice)):
+        return spec
+    if isinstance(spec, list):
+        return Choice(tuple(spec))
+    if isinstance(spec, tuple) and len(spec) == 3:
+        return Slider(*spec)
+    raise ValueError(
+        f"parameter {name!r}: expected a Slider, a Choice, a list of options or a tuple "
+        f"(lo, hi, default), got {spec!r}"
+    )
+
+
+def _widget(name: str, spec: Slider | Choice):
+    import ipywidgets as widgets
+
+    common = {
+        "description": name,
+        "continuous_update": False,
+        "style": {"description_width": "initial"},
+    }
+    if isinstance(spec, Choice):
+        return widgets.Dropdown(
+            options=list(spec.options), value=spec.default, description=name, style=common["style"]
+        )
+    if spec.log:
+        return widgets.FloatLogSlider(
+            value=spec.default,
+            base=10,
+            min=np.log10(spec.lo),
+            max=np.log10(spec.hi),
+            step=spec.step or 0.05,
+            readout_format=".2e",
+            **common,
+        )
+    if spec.integer:
+        return widgets.IntSlider(
+            value=spec.default, min=spec.lo, max=spec.hi, step=int(spec.step or 1), **common
+        )
+    step = spec.step or (spec.hi - spec.lo) / 100
+    return widgets.FloatSlider(
+        value=spec.default, min=spec.lo, max=spec.hi, step=step, readout_format=".3g", **common
+    )
+
+
+def explore(
+    fn: Callable,
+    *,
+    animate: str | None = None,
+    frames: int = 6,
+    figsize: tuple[float, float] = (8.0, 3.6),
+    **params,
+):
+    """Explore ``fn(fig, **params)``, a function that draws into a matplotlib figure.
+
+    Each keyword in ``params`` describes one parameter: a :class:`Slider`, a tuple
+    ``(lo, hi, default)`` (integer slider if all three are ints), a :class:`Choice` or a list of
+    options (first = default). What is shown depends on :func:`lib.config.book_mode`:
+
+    * ``live``: sliders; the figure is redrawn when a slider is released.
+    * ``build``: an animation over ``frames`` values of the parameter ``animate`` (default: the
+      first), the others at their defaults.
+    * ``test``: a single frame at the defaults; the figure is returned.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable fn(fig, **params), got {type(fn).__name__}")
+    if not params:
+        raise ValueError("explore needs at least one parameter to vary")
+    specs = {name: _as_spec(name, spec) for name, spec in params.items()}
+    if animate is None:
+        animate = next(iter(specs))
+    if animate not in specs:
+        raise ValueError(f"animate must name one of the parameters {list(specs)}, got {animate!r}")
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
+        raise ValueError(f"frames must be an integer >= 2, got {frames!r}")
+    defaults = {name: spec.default for name, spec in specs.items()}
+    mode = book_mode()
+
+    if mode == "test":
+        fig = plt.figure(figsize=figsize)
+        fn(fig, **defaults)
+        plt.show()
+        return fig
+
+    if mode == "build":
+        from IPython.display import HTML, display
+        from matplotlib.animation import FuncAnimation
+
+        values = specs[animate].frames(frames)
+        fig = plt.figure(figsize=figsize)
+
+        def draw(i):
+            fig.clear()
+            fn(fig, **{**defaults, animate: values[i]})
+
+        animation = FuncAnimation(fig, draw, frames=len(values), interval=900)
+        html = animation.to_jshtml(default_mode="once")
+        plt.close(fig)
+        display(HTML(html))
+        return None
+
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    controls = {name: _widget(name, spec) for name, spec in specs.items()}
+
+    def update(**values):
+        fig = plt.figure(figsize=figsize)
+        fn(fig, **values)
+        plt.show()
+
+    output = widgets.interactive_output(update, controls)
+    display(widgets.VBox([widgets.HBox(list(controls.values())), output]))
+    return None

@@ -1,0 +1,112 @@
+"""Tests of lib.viz and lib.config: the three modes of explore, plots, settings."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from lib import viz  # noqa: E402
+from lib.config import book_mode, book_scale, scaled  # noqa: E402
+
+
+def _draw(fig, *, amplitude, shape="sine", n=3):
+    ax = fig.add_subplot()
+    x = np.linspace(0, 1, 50)
+    ax.plot(x, amplitude * (np.sin(n * x) if shape == "sine" else x))
+    ax.set_title(f"{amplitude:.3g} {shape} {n}")
+
+
+def test_explore_test_mode_draws_one_frame_at_defaults(monkeypatch):
+    monkeypatch.setenv("BOOK_MODE", "test")
+    fig = viz.explore(
+        _draw, amplitude=viz.Slider(0.1, 10.0, 2.0, log=True), shape=["sine", "line"], n=(1, 5, 3)
+    )
+    assert fig.axes[0].get_title() == "2 sine 3"
+    plt.close(fig)
+
+
+def test_explore_build_mode_renders_an_animation(monkeypatch):
+    monkeypatch.setenv("BOOK_MODE", "build")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    titles = []
+
+    def draw(fig, **kw):
+        _draw(fig, **kw)
+        titles.append(fig.axes[0].get_title())
+
+    viz.explore(draw, animate="n", frames=3, amplitude=(0.0, 1.0, 0.5), n=(1, 5, 3))
+    assert len(shown) == 1 and "<script" in shown[0].data
+    assert {"0.5 sine 1", "0.5 sine 3", "0.5 sine 5"} <= set(titles)
+
+
+def test_explore_live_mode_builds_widgets(monkeypatch):
+    monkeypatch.delenv("BOOK_MODE", raising=False)
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    viz.explore(
+        _draw, amplitude=viz.Slider(0.1, 10.0, 2.0, log=True), shape=["sine", "line"], n=(1, 5, 3)
+    )
+    import ipywidgets
+
+    box = shown[0]
+    assert isinstance(box, ipywidgets.VBox)
+    sliders = box.children[0].children
+    assert [type(w).__name__ for w in sliders] == ["FloatLogSlider", "Dropdown", "IntSlider"]
+    assert all(
+        getattr(w, "continuous_update", False) is False
+        for w in sliders
+        if hasattr(w, "continuous_update")
+    )
+    plt.close("all")
+
+
+def test_slider_frames():
+    assert viz.Slider(1, 5, 3).frames(5) == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose(viz.Slider(1e-3, 1e-1, 1e-2, log=True).frames(3), [1e-3, 1e-2, 1e-1])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: viz.explore(3, a=(0, 1, 0.5)),
+        lambda: viz.explore(_draw),
+        lambda: viz.explore(_draw, amplitude="big"),
+        lambda: viz.explore(_draw, animate="zzz", amplitude=(0, 1, 0.5)),
+        lambda: viz.explore(_draw, frames=1, amplitude=(0, 1, 0.5)),
+        lambda: viz.Slider(1, 0, 0.5),
+        lambda: viz.Slider(0, 1, 2),
+        lambda: viz.Slider(0, 1, 0.5, log=True),
+        lambda: viz.Choice(()),
+        lambda: viz.plot_impulse_responses(plt.figure().add_subplot(), {}),
+        lambda: viz.plot_loss(plt.figure().add_subplot(), [1, 2], [1]),
+    ],
+)
+def test_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
+    plt.close("all")
+
+
+def test_plots_draw():
+    fig, (ax1, ax2) = plt.subplots(1, 2)
+    viz.plot_impulse_responses(ax1, {"teacher": [1, 1, 1], "student": [1, 0.9, 0.5]}, kappa=2)
+    viz.plot_loss(ax2, [0, 1, 2], [1.0, 0.1, 0.01], logx=True)
+    assert len(ax1.lines) == 2 and ax2.get_yscale() == "log"
+    plt.close(fig)
+
+
+def test_config(monkeypatch):
+    monkeypatch.delenv("BOOK_SCALE", raising=False)
+    assert book_scale() == "fast" and scaled(1, 2) == 1
+    monkeypatch.setenv("BOOK_SCALE", "full")
+    assert scaled(1, 2) == 2
+    monkeypatch.setenv("BOOK_SCALE", "huge")
+    with pytest.raises(ValueError, match="BOOK_SCALE"):
+        book_scale()
+    monkeypatch.setenv("BOOK_MODE", "nonsense")
+    with pytest.raises(ValueError, match="BOOK_MODE"):
+        book_mode()
