@@ -62,11 +62,12 @@ def plot_impulse_responses(
     kappa: int | None = None,
     colors: Mapping[str, str] | None = None,
     styles: Mapping[str, str] | None = None,
+    start: int = 0,
 ) -> None:
-    """Plot impulse responses h_0, h_1, … against k, shading the training window k < κ.
+    """Plot impulse responses h_start, h_start+1, … against k, shading the training window k < κ.
 
-    ``responses`` maps a legend label to the entries; ``colors`` and ``styles`` optionally map
-    labels to matplotlib colours and line styles.
+    ``responses`` maps a legend label to the entries (beginning at k = ``start``); ``colors`` and
+    ``styles`` optionally map labels to matplotlib colours and line styles.
     """
     if not responses:
         raise ValueError("responses must map at least one label to an impulse response")
@@ -77,7 +78,7 @@ def plot_impulse_responses(
         if h.ndim != 1:
             raise ValueError(f"impulse response {label!r} must be 1-D, got shape {h.shape}")
         ax.plot(
-            np.arange(len(h)),
+            np.arange(start, start + len(h)),
             h,
             styles.get(label, "o-"),
             ms=3.5,
@@ -246,7 +247,9 @@ def explore(
     * ``live``: sliders; the figure is redrawn when a slider is released.
     * ``build``: an animation over ``frames`` values of the parameter ``animate`` (default: the
       first), the others at their defaults.
-    * ``test``: a single frame at the defaults; the figure is returned.
+    * ``test``: a single frame at the defaults.
+
+    Returns ``None`` (so that a notebook does not display the figure twice).
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable fn(fig, **params), got {type(fn).__name__}")
@@ -266,7 +269,7 @@ def explore(
         fig = plt.figure(figsize=figsize)
         fn(fig, **defaults)
         plt.show()
-        return fig
+        return None
 
     if mode == "build":
         from IPython.display import HTML, display

@@ -21,11 +21,13 @@ def _draw(fig, *, amplitude, shape="sine", n=3):
 
 def test_explore_test_mode_draws_one_frame_at_defaults(monkeypatch):
     monkeypatch.setenv("BOOK_MODE", "test")
-    fig = viz.explore(
+    plt.close("all")
+    viz.explore(
         _draw, amplitude=viz.Slider(0.1, 10.0, 2.0, log=True), shape=["sine", "line"], n=(1, 5, 3)
     )
-    assert fig.axes[0].get_title() == "2 sine 3"
-    plt.close(fig)
+    (number,) = plt.get_fignums()
+    assert plt.figure(number).axes[0].get_title() == "2 sine 3"
+    plt.close("all")
 
 
 def test_explore_build_mode_renders_an_animation(monkeypatch):
