@@ -115,6 +115,23 @@ def ssm_recurrence(a, b, c, x) -> torch.Tensor:
     return (state * c.unsqueeze(-2)).sum(-1)
 
 
+def square_loss(student, x, y) -> torch.Tensor:
+    """The training loss ℓ_S = (1/n) Σ_i (y_i − φ_{(A,B,C)}(x^{(i)}))² (Slutzky et al. 2025, eq. 3).
+
+    Note the factor 1/n and no ½. ``student`` is an :class:`SSM` (or dict with keys a, b, c),
+    possibly batched over leading dimensions; ``x`` has shape ``(n, κ)`` and ``y`` shape ``(n,)``.
+    Differentiable, so it serves directly as a loss closure for :mod:`lib.flow`.
+    """
+    student = _as_ssm(student, "student")
+    x = _check_inputs(x)
+    y = as_tensor(y, "y", ndim=1)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"y must have one label per sequence: {x.shape[0]} sequences, got {y.shape[0]}"
+        )
+    return ((y - ssm_output(*student, x)) ** 2).mean(-1)
+
+
 def generalization_error(student, teacher, length: int, *, normalize: bool = False) -> torch.Tensor:
     """Definition 1 of Slutzky et al. 2025: the largest gap of the first ``length`` impulse entries.
 

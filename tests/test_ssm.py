@@ -20,6 +20,7 @@ from lib.ssm import (
     ones_teacher,
     proposition3_student,
     random_sequences,
+    square_loss,
     ssm_output,
     ssm_recurrence,
     theorem1_teacher,
@@ -200,6 +201,19 @@ def test_sequences_baseline_identical_with_and_without_special():
     assert (special[:, :4] == 0).all() and (special[:, 4:] != 0).all()
     other = random_sequences(3, 4, 2, torch.Generator().manual_seed(0))
     assert other.shape == (3, 4) and (other[:, [0, 2, 3]] == 0).all()
+
+
+def test_square_loss_is_eq3(gen):
+    a, b, c = random_ssm(gen, 4, batch=(2,))
+    x = torch.randn(5, 3, generator=gen, dtype=DT)
+    y = torch.randn(5, generator=gen, dtype=DT)
+    losses = square_loss((a, b, c), x, y)
+    for i in range(2):
+        residuals = [y[m] - ssm_recurrence(a[i], b[i], c[i], x[m : m + 1])[0] for m in range(5)]
+        expected = sum(r**2 for r in residuals) / 5
+        assert losses[i].item() == pytest.approx(expected.item(), rel=1e-12)
+    with pytest.raises(ValueError, match="one label per sequence"):
+        square_loss((a[0], b[0], c[0]), x, y[:4])
 
 
 def test_unit_impulse():
