@@ -16,7 +16,7 @@ Both return a :class:`Trajectory`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +27,7 @@ from lib._checks import as_int, as_positive_float, check_params
 
 Params = dict[str, torch.Tensor]
 Loss = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
+Gradient = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, Mapping[str, torch.Tensor]]]
 
 OPTIMIZERS = ("gd", "adaptive", "adam")
 ODE_METHODS = ("LSODA", "RK45", "RK23", "DOP853", "Radau", "BDF")
@@ -123,11 +124,39 @@ def _gradients(loss: Loss, params: Params) -> tuple[torch.Tensor, list[torch.Ten
     return value.detach(), grads
 
 
-def _check_loss(loss) -> None:
+def _check_loss_or_gradient(loss, gradient) -> None:
+    if gradient is not None:
+        if not callable(gradient):
+            raise ValueError(
+                "gradient must be a callable params -> (loss, {name: gradient}), "
+                f"got {type(gradient).__name__}"
+            )
+        if loss is not None and not callable(loss):
+            raise ValueError(f"loss must be callable or None, got {type(loss).__name__}")
+        return
     if not callable(loss):
         raise ValueError(
             f"loss must be a callable params -> scalar tensor, got {type(loss).__name__}"
         )
+
+
+def _check_gradients(grads, params: Params) -> dict[str, torch.Tensor]:
+    """Validate a closed-form gradient dict against the parameters it differentiates."""
+    if not isinstance(grads, Mapping) or set(grads) != set(params):
+        got = sorted(grads) if isinstance(grads, Mapping) else type(grads).__name__
+        raise ValueError(
+            f"gradient must return one entry per parameter {sorted(params)}, got {got}"
+        )
+    out = {}
+    for k, p in params.items():
+        g = grads[k]
+        if not isinstance(g, torch.Tensor) or g.shape != p.shape or g.dtype != p.dtype:
+            raise ValueError(
+                f"gradient[{k!r}] must be a {p.dtype} tensor of shape {tuple(p.shape)}, got "
+                f"{getattr(g, 'dtype', type(g).__name__)} {tuple(getattr(g, 'shape', ()))}"
+            )
+        out[k] = g
+    return out
 
 
 def gradient_flow(
@@ -139,6 +168,7 @@ def gradient_flow(
     method: str = "LSODA",
     rtol: float = 1e-10,
     atol: float = 1e-12,
+    gradient: Gradient | None = None,
 ) -> Trajectory:
     """Solve the gradient-flow ODE  dθ/dt = −∇ℓ(θ),  θ(0) = ``params``.
 
@@ -157,12 +187,16 @@ def gradient_flow(
     method, rtol, atol:
         Passed to :func:`scipy.integrate.solve_ivp`. LSODA switches to a stiff method by itself,
         which is what the long, flat plateaus of these losses need.
+    gradient:
+        Optional closed form ``gradient(params) -> (loss, {name: ∂loss/∂name})`` used instead of
+        autograd (then ``loss`` may be ``None``). A closed form is several times faster on the
+        small models of this book, and lets a chapter integrate the very equations a paper writes.
 
     Returns
     -------
     Trajectory with ``times = t_eval``; ``info`` holds the solver's evaluation count and message.
     """
-    _check_loss(loss)
+    _check_loss_or_gradient(loss, gradient)
     theta0 = check_params(params)
     if method not in ODE_METHODS:
         raise ValueError(f"method must be one of {ODE_METHODS}, got {method!r}")
@@ -176,8 +210,18 @@ def gradient_flow(
 
     packer = _Packer(theta0)
 
+    def loss_value(theta: Params) -> float:
+        if gradient is None:
+            return float(_scalar_loss(loss, theta))
+        return float(_run_losses(gradient(theta)[0], None, "gradient(params)[0]")[0])
+
     def negative_gradient(theta: np.ndarray) -> np.ndarray:
-        _, grads = _gradients(loss, packer.unpack(theta, requires_grad=True))
+        if gradient is None:
+            _, grads = _gradients(loss, packer.unpack(theta, requires_grad=True))
+        else:
+            current = packer.unpack(theta)
+            checked = _check_gradients(gradient(current)[1], current)
+            grads = [checked[k] for k in packer.names]
         return -torch.cat([g.reshape(-1) for g in grads]).numpy()
 
     if log_time:
@@ -209,14 +253,75 @@ def gradient_flow(
         info = {"nfev": int(sol.nfev), "message": sol.message}
 
     with torch.no_grad():
-        losses = np.array([float(_scalar_loss(loss, packer.unpack(s))) for s in states])
+        losses = np.array([loss_value(packer.unpack(s)) for s in states])
     return Trajectory(times=times.copy(), params=packer.history(states), losses=losses, info=info)
 
 
+def _runs_view(params: Params, runs: int | None) -> Params:
+    """Parameters with a leading run axis: added (length 1) when ``runs`` is None, else checked."""
+    if runs is None:
+        return {k: v.unsqueeze(0) for k, v in params.items()}
+    for k, v in params.items():
+        if v.ndim == 0 or v.shape[0] != runs:
+            raise ValueError(
+                f"with runs={runs} every parameter needs a leading axis of length {runs}; "
+                f"params[{k!r}] has shape {tuple(v.shape)}"
+            )
+    return params
+
+
+def _run_losses(values, runs: int | None, what: str) -> torch.Tensor:
+    """The per-run losses as a tensor of shape (R,), or a ValueError naming ``what`` returned."""
+    expected = (1,) if runs is None else (runs,)
+    if not isinstance(values, torch.Tensor) or (
+        values.numel() != expected[0] or (runs is not None and tuple(values.shape) != expected)
+    ):
+        shape = "a scalar tensor" if runs is None else f"a tensor of shape ({runs},)"
+        raise ValueError(f"{what} must return {shape} of losses, got {values!r:.80}")
+    return values.reshape(expected)
+
+
+def _descent_oracle(loss: Loss | None, gradient: Gradient | None, runs: int | None):
+    """A function θ (with run axis) -> (per-run losses (R,), gradients with run axis)."""
+
+    def strip(theta: Params) -> Params:
+        return theta if runs is not None else {k: v[0] for k, v in theta.items()}
+
+    if gradient is not None:
+
+        def oracle(theta: Params):
+            with torch.no_grad():
+                result = gradient(strip(theta))
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise ValueError("gradient(params) must return a pair (loss, {name: gradient})")
+            values, grads = result
+            values = _run_losses(values, runs, "gradient(params)[0]")
+            grads = _check_gradients(grads, strip(theta))
+            if runs is None:
+                grads = {k: g.unsqueeze(0) for k, g in grads.items()}
+            return values.detach(), [grads[k] for k in theta]
+
+        return oracle
+
+    def oracle(theta: Params):
+        leaves = {k: v.detach().requires_grad_(True) for k, v in theta.items()}
+        values = _run_losses(loss(strip(leaves)), runs, "loss(params)")
+        if not values.requires_grad:
+            return values.detach(), [torch.zeros_like(v) for v in leaves.values()]
+        grads = torch.autograd.grad(values.sum(), list(leaves.values()), allow_unused=True)
+        grads = [
+            torch.zeros_like(p) if g is None else g
+            for p, g in zip(leaves.values(), grads, strict=True)
+        ]
+        return values.detach(), grads
+
+    return oracle
+
+
 def gradient_descent(
-    loss: Loss,
+    loss: Loss | None,
     params: Mapping[str, torch.Tensor],
-    lr: float,
+    lr: float | Sequence[float],
     steps: int,
     *,
     record_every: int = 1,
@@ -227,6 +332,8 @@ def gradient_descent(
     softening: float = 1e-6,
     adam_betas: tuple[float, float] = (0.9, 0.999),
     adam_eps: float = 1e-8,
+    runs: int | None = None,
+    gradient: Gradient | None = None,
 ) -> Trajectory:
     """Full-batch gradient descent θ_{k+1} = θ_k − η_k u_k for at most ``steps`` iterations.
 
@@ -250,20 +357,45 @@ def gradient_descent(
     "until the loss is below ε, then N more steps"), never beyond ``steps`` in total. A non-finite
     loss stops the run and sets ``info["diverged"] = True``.
 
+    Independent runs
+    ----------------
+    With ``runs = R`` every parameter carries a leading axis of length R that indexes R independent
+    runs (seeds, settings), and the loss returns the R per-run losses, shape ``(R,)``. Each run gets
+    its own adaptive step, its own stopping time and its own divergence flag, exactly as if it ran
+    alone, but all R advance in one vectorized step. A finished run stays frozen. ``lr`` may then
+    be a list of R learning rates.
+
+    Closed-form gradients
+    ---------------------
+    ``gradient(params) -> (loss, {name: ∂loss/∂name})`` replaces autograd (pass ``loss=None``); with
+    ``runs`` the loss has shape ``(R,)`` and each gradient that of its parameter.
+
     Returns
     -------
     Trajectory recorded at iteration 0, every ``record_every`` iterations, and at the last iterate;
     ``times`` are iteration indices; ``info["converged_step"]`` is the first iteration with
-    ℓ ≤ ε (or ``None``); ``info["steps_run"]`` the number of updates made.
+    ℓ ≤ ε (or ``None``); ``info["steps_run"]`` the number of updates made. With ``runs`` the losses
+    and step sizes have shape ``(T, R)``, parameters ``(T, R, ...)``, and the three ``info`` entries
+    are lists with one value per run.
     """
-    _check_loss(loss)
+    _check_loss_or_gradient(loss, gradient)
     theta = check_params(params)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    lr = as_positive_float(lr, "lr")
     steps = as_int(steps, "steps", minimum=0)
     record_every = as_int(record_every, "record_every", minimum=1)
     extra_steps = as_int(extra_steps, "extra_steps", minimum=0)
+    if runs is not None:
+        runs = as_int(runs, "runs", minimum=1)
+    if isinstance(lr, (list, tuple, np.ndarray)):
+        if runs is None or len(lr) != runs:
+            raise ValueError(
+                f"a list of learning rates needs runs = its length; got {len(lr)} rates and "
+                f"runs = {runs}"
+            )
+        lrs = torch.tensor([as_positive_float(v, "lr") for v in lr], dtype=torch.float64)
+    else:
+        lrs = torch.full((runs or 1,), as_positive_float(lr, "lr"), dtype=torch.float64)
     if stop_loss is not None:
         stop_loss = as_positive_float(stop_loss, "stop_loss", allow_zero=True)
     if not 0 <= beta < 1:
@@ -274,73 +406,107 @@ def gradient_descent(
         raise ValueError(f"adam_betas must lie in [0, 1), got {adam_betas}")
     adam_eps = as_positive_float(adam_eps, "adam_eps")
 
-    leaves = {k: v.requires_grad_(True) for k, v in theta.items()}
-    avg_norm = 0.0
-    first_moment = [torch.zeros_like(v) for v in leaves.values()]
-    second_moment = [torch.zeros_like(v) for v in leaves.values()]
+    theta = _runs_view(theta, runs)
+    n_runs = runs or 1
+    oracle = _descent_oracle(loss, gradient, runs)
+    # All parameters live in one (R, P) tensor: the optimizer's arithmetic is then a handful of
+    # tensor operations per step whatever the number of parameter tensors (these runs take 1e5
+    # steps on models with 30 parameters, so per-operation overhead is what costs time).
+    names = list(theta)
+    shapes = [tuple(theta[k].shape[1:]) for k in names]
+    bounds = np.cumsum([0] + [math.prod(s) for s in shapes])
+    flat = torch.cat([theta[k].reshape(n_runs, -1) for k in names], dim=1)
+
+    def unflatten(vector: torch.Tensor) -> Params:
+        return {
+            k: vector[:, bounds[i] : bounds[i + 1]].reshape((n_runs, *shapes[i]))
+            for i, k in enumerate(names)
+        }
+
+    avg_norm = torch.zeros(n_runs, dtype=torch.float64)
+    first_moment = torch.zeros_like(flat)
+    second_moment = torch.zeros_like(flat)
 
     rec_times: list[int] = []
-    rec_states: list[dict[str, np.ndarray]] = []
-    rec_losses: list[float] = []
-    rec_steps: list[float] = []
-    converged_step: int | None = None
-    diverged = False
-    last = steps
+    rec_states: list[np.ndarray] = []
+    rec_losses: list[np.ndarray] = []
+    rec_steps: list[np.ndarray] = []
+    converged = np.full(n_runs, -1, dtype=np.int64)
+    diverged = np.zeros(n_runs, dtype=bool)
+    last = np.full(n_runs, steps, dtype=np.int64)
+    nan_steps = np.full(n_runs, np.nan)
 
-    def record(k: int, value: float, eta: float) -> None:
+    def record(k: int, values: torch.Tensor, eta: np.ndarray) -> None:
         rec_times.append(k)
-        rec_states.append({n: v.detach().numpy().copy() for n, v in leaves.items()})
-        rec_losses.append(value)
-        rec_steps.append(eta)
+        rec_states.append(flat.numpy().copy())
+        rec_losses.append(values.numpy().copy())
+        rec_steps.append(eta.copy())
 
     k = 0
     while True:
-        value, grads = _gradients(loss, leaves)
-        value = float(value)
-        if not math.isfinite(value) or not all(bool(torch.isfinite(g).all()) for g in grads):
-            diverged = True
-            record(k, value, float("nan"))
-            break
-        if stop_loss is not None and converged_step is None and value <= stop_loss:
-            converged_step = k
-            last = min(steps, k + extra_steps)
-        if k >= last:
-            record(k, value, float("nan"))
+        values, grads = oracle(unflatten(flat))
+        g = torch.cat([gr.reshape(n_runs, -1) for gr in grads], dim=1)
+        finite = (torch.isfinite(values) & torch.isfinite(g).all(-1)).numpy()
+        newly = ~finite & ~diverged & (k < last)
+        if newly.any():
+            diverged |= newly
+            last[newly] = k
+        if stop_loss is not None:
+            hit = (values <= stop_loss).numpy() & (converged < 0) & ~diverged
+            if hit.any():
+                converged[hit] = k
+                last[hit] = np.minimum(steps, k + extra_steps)
+        active = k < last
+        if not active.any():
+            record(k, values, nan_steps)
             break
 
         if optimizer == "gd":
-            eta, updates = lr, grads
+            eta, update = lrs, g
         elif optimizer == "adaptive":
-            norm_sum = sum(float(torch.linalg.vector_norm(g)) for g in grads)
+            norm_sum = sum(
+                torch.linalg.vector_norm(g[:, bounds[i] : bounds[i + 1]], dim=-1)
+                for i in range(len(names))
+            )
             avg_norm = beta * avg_norm + (1 - beta) * norm_sum
-            eta = lr / (math.sqrt(avg_norm / (1 - beta ** (k + 1))) + softening)
-            updates = grads
+            eta = lrs / (torch.sqrt(avg_norm / (1 - beta ** (k + 1))) + softening)
+            update = g
         else:  # adam
-            eta, updates = lr, []
-            for g, m, v in zip(grads, first_moment, second_moment, strict=True):
-                m.mul_(b1).add_(g, alpha=1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                m_hat = m / (1 - b1 ** (k + 1))
-                v_hat = v / (1 - b2 ** (k + 1))
-                updates.append(m_hat / (v_hat.sqrt() + adam_eps))
+            eta = lrs
+            first_moment.mul_(b1).add_(g, alpha=1 - b1)
+            second_moment.mul_(b2).addcmul_(g, g, value=1 - b2)
+            m_hat = first_moment / (1 - b1 ** (k + 1))
+            v_hat = second_moment / (1 - b2 ** (k + 1))
+            update = m_hat / (v_hat.sqrt() + adam_eps)
         if k % record_every == 0:
-            record(k, value, eta)
-        with torch.no_grad():
-            for p, u in zip(leaves.values(), updates, strict=True):
-                p.sub_(eta * u)
+            record(k, values, np.where(active, eta.numpy(), np.nan))
+        if active.all():
+            flat = flat - eta.unsqueeze(-1) * update
+        else:
+            mask = torch.from_numpy(active).unsqueeze(-1)
+            flat = torch.where(
+                mask, flat - torch.where(mask, eta.unsqueeze(-1), 0.0) * update, flat
+            )
         k += 1
 
-    history = {n: np.stack([s[n] for s in rec_states]) for n in leaves}
-    info = {
-        "converged_step": converged_step,
-        "steps_run": k,
-        "diverged": diverged,
-        "optimizer": optimizer,
+    states = np.stack(rec_states)  # (T, R, P)
+    history = {
+        k: states[:, :, bounds[i] : bounds[i + 1]].reshape((len(states), n_runs, *shapes[i]))
+        for i, k in enumerate(names)
     }
+    losses, step_sizes = np.stack(rec_losses), np.stack(rec_steps)
+    steps_run = [int(s) for s in last]
+    conv = [int(c) if c >= 0 else None for c in converged]
+    div = [bool(x) for x in diverged]
+    if runs is None:
+        history = {n: h[:, 0] for n, h in history.items()}
+        losses, step_sizes = losses[:, 0], step_sizes[:, 0]
+        steps_run, conv, div = steps_run[0], conv[0], div[0]
+    info = {"converged_step": conv, "steps_run": steps_run, "diverged": div, "optimizer": optimizer}
     return Trajectory(
         times=np.array(rec_times, dtype=np.int64),
         params=history,
-        losses=np.array(rec_losses),
-        step_sizes=np.array(rec_steps),
+        losses=losses,
+        step_sizes=step_sizes,
         info=info,
     )
