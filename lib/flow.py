@@ -92,7 +92,11 @@ class _Packer:
         return np.concatenate([params[k].detach().reshape(-1).numpy() for k in self.names])
 
     def unpack(self, vector: np.ndarray, *, requires_grad: bool = False) -> Params:
-        chunks = torch.from_numpy(np.array(vector, dtype=np.float64)).split(self.sizes)
+        flat = torch.from_numpy(np.array(vector, dtype=np.float64))
+        if len(self.names) == 1:  # the common case of one parameter tensor: no split
+            name, shape = self.names[0], self.shapes[0]
+            return {name: flat.reshape(shape).requires_grad_(requires_grad)}
+        chunks = flat.split(self.sizes)
         return {
             k: c.reshape(s).requires_grad_(requires_grad)
             for k, c, s in zip(self.names, chunks, self.shapes, strict=True)
@@ -222,6 +226,8 @@ def gradient_flow(
             current = packer.unpack(theta)
             checked = _check_gradients(gradient(current)[1], current)
             grads = [checked[k] for k in packer.names]
+        if len(grads) == 1:
+            return -grads[0].reshape(-1).numpy()
         return -torch.cat([g.reshape(-1) for g in grads]).numpy()
 
     if log_time:

@@ -65,6 +65,17 @@ def _sorted_with_tie(values: np.ndarray, diff: float) -> np.ndarray:
     return values
 
 
+def _check_list(values, name: str) -> list:
+    """A non-empty list/tuple/array of values, else a ValueError naming what came."""
+    if not isinstance(values, (list, tuple, np.ndarray)) or len(values) == 0:
+        raise ValueError(f"{name} must be a non-empty list, got {values!r:.60}")
+    return list(values)
+
+
+def _check_seeds(seeds) -> list[int]:
+    return [as_int(s, "seed", minimum=0) for s in _check_list(seeds, "seeds")]
+
+
 def _check_diff(diff: float, init_scale: float) -> float:
     diff = as_positive_float(diff, "diff", allow_zero=True)
     if diff >= init_scale:
@@ -81,19 +92,41 @@ def _check_kappa(kappa: int) -> int:
     return as_int(kappa, "kappa", minimum=3)
 
 
-def theorem1_init(d: int, seed: int, *, init_scale: float, diff: float) -> torch.Tensor:
+def theorem1_init(
+    d: int,
+    seed: int,
+    *,
+    init_scale: float,
+    diff: float | None = None,
+    relative_gap: float | None = None,
+) -> torch.Tensor:
     """The initial diagonal a(0) of the paper's Theorem-1 experiments (App. H.2.1, Table 8).
 
     Entries init_scale·U[0, 1) from ``numpy.random.RandomState(seed)`` (the authors' code draws
     uniform entries, although the text says Gaussian), sorted descending, then a_2 := a_1 − diff,
     which places a(0) near the set of Theorem 1: tiny, positive, the top two entries nearly tied.
+    Alternatively ``relative_gap = g`` sets a_2 := a_1 (1 − g); with neither, the random gap stays.
     """
     d = as_int(d, "d", minimum=2)
     seed = as_int(seed, "seed", minimum=0)
     init_scale = as_positive_float(init_scale, "init_scale")
-    diff = _check_diff(diff, init_scale)
-    values = np.random.RandomState(seed).rand(d) * init_scale
-    return torch.from_numpy(_sorted_with_tie(values, diff))
+    if diff is not None and relative_gap is not None:
+        raise ValueError("give at most one of diff and relative_gap")
+    values = np.sort(np.random.RandomState(seed).rand(d) * init_scale)[::-1].copy()
+    if diff is not None:
+        diff = _check_diff(diff, init_scale)
+        if diff >= values[0]:
+            raise ValueError(
+                f"diff = {diff} is not below the largest initial entry {values[0]:.3g} "
+                f"(seed {seed}); the entries must stay positive"
+            )
+        values[1] = values[0] - diff
+    elif relative_gap is not None:
+        relative_gap = as_positive_float(relative_gap, "relative_gap", allow_zero=True)
+        if relative_gap >= 1:
+            raise ValueError(f"relative_gap must lie in [0, 1), got {relative_gap}")
+        values[1] = values[0] * (1.0 - relative_gap)
+    return torch.from_numpy(values)
 
 
 def theorem1_training_set(
@@ -154,17 +187,21 @@ def theorem1_velocity(a, kappa: int, *, poisoned: bool) -> torch.Tensor:
 
 
 def _theorem1_gradient(kappa: int, poisoned: bool):
+    """``gradient`` closure for lib.flow: (ℓ summed over runs, {"a": −velocity}), eqs. (20)–(23)."""
+
     def gradient(params):
         a = params["a"]
-        long_residual, short_residual = _power_sums(a, kappa)
-        velocity = (kappa - 1) * long_residual.unsqueeze(-1) * a ** (kappa - 2)
+        power = a ** (kappa - 2)
+        long_residual = 1.0 - (power * a).sum(-1, keepdim=True)
+        velocity = (kappa - 1) * long_residual * power
         if poisoned:
-            velocity = velocity + short_residual.unsqueeze(-1)
-            loss = 0.5 * (long_residual**2 + short_residual**2)
+            short_residual = 1.0 - a.sum(-1, keepdim=True)
+            velocity = velocity + short_residual
+            loss = 0.5 * (long_residual.square().sum() + short_residual.square().sum())
         else:
             velocity = 2.0 * velocity
-            loss = long_residual**2
-        return loss.sum(), {"a": -velocity}
+            loss = long_residual.square().sum()
+        return loss, {"a": -velocity}
 
     return gradient
 
@@ -238,21 +275,24 @@ def saddle_point(d: int, kappa: int) -> float:
     def velocity(s: float) -> float:
         return (kappa - 1) * (1 - d * s ** (kappa - 1)) * s ** (kappa - 2) + (1 - d * s)
 
-    return float(brentq(velocity, 0.5 / d, 1.5 / d, xtol=1e-16, rtol=4e-16))
+    return float(brentq(velocity, 0.5 / d, 1.5 / d, xtol=1e-17, rtol=1e-15))
 
 
 def saddle_hessian_eigenvalues(d: int, kappa: int) -> tuple[float, float]:
     """The Hessian spectrum of the poisoned loss at s·1 (Lemma 8): (λ_+, λ_−).
 
-        λ_+ = (κ−1)((2κ−3) d s^{κ−1} − (κ−2)) s^{κ−2} + d   (eigenvector 1, multiplicity 1)
-        λ_− = (κ−1)(κ−2)(d s^{κ−1} − 1) s^{κ−3}              (eigenvectors e_1 − e_j, mult. d−1)
+    The Hessian there is (ω_1 − ω_2) I + ω_2 11ᵀ with ω_2 = (κ−1)² s^{2κ−4} + 1, so
 
-    Lemma 9: λ_+ > 2d − 1 and λ_− ∈ (−1, 0): a strict saddle, attracting along 1 and weakly
+        λ_− = ω_1 − ω_2 = (κ−1)(κ−2)(d s^{κ−1} − 1) s^{κ−3}    (eigenvectors e_1 − e_j, mult. d−1)
+        λ_+ = λ_− + d ω_2 = (κ−1)((2κ−3) d s^{κ−1} − (κ−2)) s^{κ−3} + d    (eigenvector 1)
+
+    (the power s^{κ−3} in λ_+ follows from the lemma's own proof; the OCR'd statement is garbled).
+    Lemma 9: λ_− ∈ (−1, 0) and λ_+ > d − 1 > 0: a strict saddle, attracting along 1 and weakly
     repelling across it.
     """
     s = saddle_point(d, kappa)
-    plus = (kappa - 1) * ((2 * kappa - 3) * d * s ** (kappa - 1) - (kappa - 2)) * s ** (kappa - 2)
     minus = (kappa - 1) * (kappa - 2) * (d * s ** (kappa - 1) - 1) * s ** (kappa - 3)
+    plus = (kappa - 1) * ((2 * kappa - 3) * d * s ** (kappa - 1) - (kappa - 2)) * s ** (kappa - 3)
     return float(plus + d), float(minus)
 
 
@@ -319,9 +359,7 @@ def theorem1_table(
     d = as_int(d, "d", minimum=2)
     kappa = _check_kappa(kappa)
     length = as_int(length, "length", minimum=1)
-    if isinstance(seeds, (int, np.integer)) or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}")
-    seeds = [as_int(s, "seed", minimum=0) for s in seeds]
+    seeds = _check_seeds(seeds)
     result: dict = {"seeds": seeds, "per_seed": {}, "final": {}, "loss": {}}
     for poisoned, key in ((False, "clean"), (True, "poisoned")):
         finals, losses = [], []
@@ -340,6 +378,50 @@ def theorem1_table(
     return result
 
 
+def poisoning_window(
+    d: int,
+    kappa: int,
+    seeds: Sequence[int],
+    *,
+    init_scales: Sequence[float],
+    relative_gaps: Sequence[float | None],
+    length: int = 20,
+) -> dict:
+    """Clean and poisoned errors over a grid of init scales and relative tie gaps.
+
+    For each init scale α, relative gap g = (a_1 − a_2)/a_1 (``None``: the natural random gap) and
+    seed, a(0) = :func:`theorem1_init` and both flows run to 100 × the predicted escape time
+    t*(a_1(0)) (at least 1e4), long enough for every run that escapes at all. Theorem 1 asks for a
+    gap above ~α^{κ−3} (so that the clean flow breaks the tie greedily) and below ~α (so that the
+    poisoned flow forgets it near the saddle s·1): this sweep shows that window.
+
+    Returns ``{"clean": array, "poisoned": array}`` of normalized errors (:func:`theorem1_error`)
+    with shape ``(len(init_scales), len(relative_gaps), len(seeds))``, plus the grid itself.
+    """
+    d = as_int(d, "d", minimum=2)
+    kappa = as_int(kappa, "kappa", minimum=4)
+    seeds = _check_seeds(seeds)
+    init_scales = _check_list(init_scales, "init_scales")
+    relative_gaps = _check_list(relative_gaps, "relative_gaps")
+    shape = (len(init_scales), len(relative_gaps), len(seeds))
+    errors = {"clean": np.zeros(shape), "poisoned": np.zeros(shape)}
+    for i, scale in enumerate(init_scales):
+        for j, gap in enumerate(relative_gaps):
+            for k, seed in enumerate(seeds):
+                a0 = theorem1_init(d, seed, init_scale=scale, relative_gap=gap)
+                horizon = max(1e4, 100.0 * escape_time(float(a0[0]), kappa))
+                for poisoned, key in ((False, "clean"), (True, "poisoned")):
+                    flow = theorem1_flow(a0, kappa, poisoned=poisoned, horizon=horizon, points=2)
+                    final = torch.from_numpy(flow["a"][-1])
+                    errors[key][i, j, k] = theorem1_error(final, d, length=length).item()
+    return {
+        **errors,
+        "init_scales": list(init_scales),
+        "relative_gaps": list(relative_gaps),
+        "seeds": list(seeds),
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # Dynamics experiments: standalone SSM and SSM + ReLU MLP, A, B, C trained (Figure 2)
 # --------------------------------------------------------------------------------------------
@@ -351,10 +433,10 @@ class DynamicsSetting:
 
     Sequences: ``n_baseline`` N(0, 1) sequences non-zero at ``baseline_positions`` and
     ``n_special`` at ``special_positions`` (1-indexed). Initialization: |N(0, sd_a)| sorted with
-    a tie gap ``tie_gap(sd_a, tie_exponent)``, the same for B with sd_bc, C = |N(0, sd_bc)|
-    unsorted, ``warm`` added to A and B; MLP weights N(0, sd_mlp²). Training: ``optimizer``
-    with learning rate ``lr_clean`` / ``lr_special``, until the loss is ≤ ``stop_loss``, then
-    ``extra_steps`` more.
+    a tie gap ``tie_gap(sd_a, tie_exponent)``, B likewise with sd_bc and the same gap,
+    C = |N(0, sd_bc)| unsorted, ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
+    Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
+    ≤ ``stop_loss``, then ``extra_steps`` more.
     """
 
     name: str
@@ -562,11 +644,9 @@ def train_dynamics(
     (loss ≤ ``stop_loss``, then ``extra_steps``), capped at ``max_steps``. Gradients are computed
     in closed form (:func:`lib.ssm.square_loss_gradient`, :func:`ssm_mlp_loss_gradient`).
     """
-    if isinstance(seeds, (int, np.integer)) or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of integers, got {seeds!r}")
-    if isinstance(special_scales, (int, float)) or len(special_scales) == 0:
-        raise ValueError(f"special_scales must be a non-empty list, got {special_scales!r}")
-    pairs = [(as_int(s, "seed", minimum=0), scale) for s in seeds for scale in special_scales]
+    seeds = _check_seeds(seeds)
+    special_scales = _check_list(special_scales, "special_scales")
+    pairs = [(seed, scale) for seed in seeds for scale in special_scales]
     data = [dynamics_data(setting, seed, special_scale=scale) for seed, scale in pairs]
     sizes = [x.shape[0] for x, _ in data]
     n = max(sizes)

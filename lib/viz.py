@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -120,6 +121,60 @@ def plot_loss(
 # --------------------------------------------------------------------------------------------
 # Interactive exploration
 # --------------------------------------------------------------------------------------------
+
+
+def _cell(value, digits: int) -> str:
+    if isinstance(value, (float, np.floating)):
+        if not np.isfinite(value):
+            return str(value)
+        if value != 0 and not 1e-2 <= abs(value) < 1e4:
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}"
+    return "" if value is None else str(value)
+
+
+class Table:
+    """A small results table that renders as HTML in notebooks and the book, as text elsewhere."""
+
+    def __init__(self, headers: Sequence[str], rows: Sequence[Sequence[str]]):
+        self.headers = list(headers)
+        self.rows = [list(row) for row in rows]
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows
+        )
+        return f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+    def __repr__(self) -> str:
+        columns = zip(self.headers, *self.rows, strict=True)
+        widths = [max(len(str(c)) for c in column) for column in columns]
+        lines = [self.headers, ["-" * w for w in widths], *self.rows]
+        return "\n".join(
+            "  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines
+        )
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) -> None:
+    """Display a table, numbers to ``digits`` significant digits.
+
+    Chapters use it to set reproduced numbers beside the paper's.
+    """
+    headers = [str(h) for h in headers]
+    if not headers:
+        raise ValueError("table needs at least one header")
+    cells = []
+    for index, row in enumerate(rows):
+        if len(row) != len(headers):
+            raise ValueError(
+                f"row {index} has {len(row)} cells, expected {len(headers)} (one per header)"
+            )
+        cells.append([_cell(v, digits) for v in row])
+    from IPython.display import display
+
+    display(Table(headers, cells))
 
 
 @dataclass(frozen=True)

@@ -249,3 +249,294 @@ BAD = [
 def test_bad_input_raises_value_error(name, call):
     with pytest.raises(ValueError):
         call()
+
+
+# --- closed-form gradients ------------------------------------------------------------------------
+
+
+def _quadratic_problem(gen):
+    """ℓ(θ) = ½ θᵀQθ − bᵀθ over θ = (u, v) with v a 2×1 matrix, and its closed-form gradient."""
+    q = _quadratic(gen, 4)
+    b = torch.randn(4, generator=gen, dtype=DT)
+
+    def theta_of(p):
+        return torch.cat([p["u"], p["v"].reshape(-1)])
+
+    def loss(p):
+        theta = theta_of(p)
+        return 0.5 * theta @ q @ theta - b @ theta
+
+    def gradient(p):
+        theta = theta_of(p)
+        g = q @ theta - b
+        return 0.5 * theta @ q @ theta - b @ theta, {"u": g[:2], "v": g[2:].reshape(2, 1)}
+
+    params = {
+        "u": torch.randn(2, generator=gen, dtype=DT),
+        "v": torch.randn(2, 1, generator=gen, dtype=DT),
+    }
+    return loss, gradient, params
+
+
+def test_gradient_flow_closed_form_gradient_equals_autograd(gen):
+    loss, gradient, params = _quadratic_problem(gen)
+    times = np.array([0.0, 0.5, 2.0, 10.0])
+    for log_time in (False, True):
+        auto = gradient_flow(loss, params, times, log_time=log_time)
+        closed = gradient_flow(None, params, times, log_time=log_time, gradient=gradient)
+        for name in params:
+            np.testing.assert_allclose(closed[name], auto[name], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(closed.losses, auto.losses, rtol=1e-10, atol=1e-12)
+        assert np.abs(closed["u"][-1] - closed["u"][0]).max() > 1e-2  # it did move
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "adaptive", "adam"])
+def test_gradient_descent_closed_form_gradient_equals_autograd(gen, optimizer):
+    loss, gradient, params = _quadratic_problem(gen)
+    auto = gradient_descent(loss, params, 0.05, 60, optimizer=optimizer, record_every=7)
+    closed = gradient_descent(
+        None, params, 0.05, 60, optimizer=optimizer, record_every=7, gradient=gradient
+    )
+    assert closed.times.tolist() == auto.times.tolist()
+    for name in params:
+        np.testing.assert_allclose(closed[name], auto[name], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(closed.losses, auto.losses, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(closed.step_sizes, auto.step_sizes, rtol=1e-12)
+    assert closed.info == auto.info
+    assert closed.losses[-1] < closed.losses[0]
+
+
+# --- independent runs -----------------------------------------------------------------------------
+
+RUNS = 3
+
+
+def _per_run_problem(gen, runs=RUNS):
+    """Per-run least squares with a product parameterization: ŷ = s_r · X_r w_r."""
+    x = torch.randn(runs, 6, 3, generator=gen, dtype=DT)
+    target = torch.randn(runs, 3, generator=gen, dtype=DT)
+    y = (x @ target.unsqueeze(-1)).squeeze(-1)
+
+    def joint_loss(p):
+        prediction = p["s"].unsqueeze(-1) * (x @ p["w"].unsqueeze(-1)).squeeze(-1)
+        return ((prediction - y) ** 2).mean(-1)
+
+    def single_loss(r):
+        def loss(p):
+            return ((p["s"] * (x[r] @ p["w"]) - y[r]) ** 2).mean()
+
+        return loss
+
+    params = {
+        "w": 0.5 * torch.randn(runs, 3, generator=gen, dtype=DT),
+        "s": 1.0 + 0.1 * torch.rand(runs, generator=gen, dtype=DT),
+    }
+    return joint_loss, single_loss, params
+
+
+def _assert_run_equals_single(joint, r, single):
+    """Run r of a joint trajectory (recorded every step) equals a separate single run."""
+    n = len(single)
+    assert joint.times[:n].tolist() == single.times.tolist()
+    for name in single.params:
+        np.testing.assert_allclose(joint[name][:n, r], single[name], rtol=1e-12, atol=1e-14)
+        # a finished run stays frozen
+        frozen = np.broadcast_to(single[name][-1], joint[name][n:, r].shape)
+        np.testing.assert_array_equal(joint[name][n:, r], frozen)
+    np.testing.assert_allclose(joint.losses[:n, r], single.losses, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(joint.step_sizes[:n, r], single.step_sizes, rtol=1e-12)
+    assert np.isnan(joint.step_sizes[n - 1 :, r]).all()
+    for key in ("converged_step", "steps_run", "diverged"):
+        assert joint.info[key][r] == single.info[key], key
+
+
+@pytest.mark.parametrize("optimizer", ["adaptive", "adam"])
+def test_runs_equal_separate_single_runs(gen, optimizer):
+    joint_loss, single_loss, params = _per_run_problem(gen)
+    lrs = [0.01, 0.03, 0.002]
+    steps, stop, extra = 300, 1e-3, 5
+    joint = gradient_descent(
+        joint_loss,
+        params,
+        lrs,
+        steps,
+        optimizer=optimizer,
+        stop_loss=stop,
+        extra_steps=extra,
+        runs=RUNS,
+    )
+    assert joint.losses.shape == (len(joint), RUNS)
+    assert joint.step_sizes.shape == (len(joint), RUNS)
+    assert joint["w"].shape == (len(joint), RUNS, 3) and joint["s"].shape == (len(joint), RUNS)
+    singles = [
+        gradient_descent(
+            single_loss(r),
+            {k: v[r] for k, v in params.items()},
+            lrs[r],
+            steps,
+            optimizer=optimizer,
+            stop_loss=stop,
+            extra_steps=extra,
+        )
+        for r in range(RUNS)
+    ]
+    for r, single in enumerate(singles):
+        _assert_run_equals_single(joint, r, single)
+    # the stopping rule did act, at different steps, so the comparison covers frozen runs
+    assert len(set(joint.info["steps_run"])) == RUNS
+    assert sum(c is not None for c in joint.info["converged_step"]) >= 2
+    assert joint.times[-1] == max(joint.info["steps_run"])
+    assert joint.info["diverged"] == [False] * RUNS
+
+
+def test_runs_with_one_scalar_lr_equal_list_of_equal_lrs(gen):
+    joint_loss, _, params = _per_run_problem(gen)
+    scalar = gradient_descent(joint_loss, params, 0.01, 20, optimizer="adaptive", runs=RUNS)
+    listed = gradient_descent(
+        joint_loss, params, [0.01] * RUNS, 20, optimizer="adaptive", runs=RUNS
+    )
+    np.testing.assert_array_equal(scalar["w"], listed["w"])
+    np.testing.assert_array_equal(scalar.step_sizes, listed.step_sizes)
+
+
+@pytest.mark.parametrize("optimizer", ["gd", "adaptive", "adam"])
+def test_diverging_run_is_flagged_alone(gen, optimizer):
+    joint_loss, single_loss, params = _per_run_problem(gen)
+    lrs = {"gd": [0.02, 50.0, 0.01], "adaptive": [0.01, 1e200, 0.02], "adam": [0.01, 1e150, 0.02]}
+    lrs = lrs[optimizer]
+    steps = 60
+    joint = gradient_descent(joint_loss, params, lrs, steps, optimizer=optimizer, runs=RUNS)
+    assert joint.info["diverged"] == [False, True, False]
+    assert joint.info["steps_run"][1] < steps
+    assert joint.info["steps_run"][0] == joint.info["steps_run"][2] == steps
+    for r in range(RUNS):
+        single = gradient_descent(
+            single_loss(r), {k: v[r] for k, v in params.items()}, lrs[r], steps, optimizer=optimizer
+        )
+        _assert_run_equals_single(joint, r, single)
+    assert np.isfinite(joint.losses[:, [0, 2]]).all()
+    assert not np.isfinite(joint.losses[-1, 1])
+
+
+def test_closed_form_gradient_with_runs(gen):
+    joint_loss, _, params = _per_run_problem(gen)
+
+    def gradient(p):
+        leaves = {k: v.clone().requires_grad_(True) for k, v in p.items()}
+        with torch.enable_grad():
+            values = joint_loss(leaves)
+            grads = torch.autograd.grad(values.sum(), list(leaves.values()))
+        return values.detach(), dict(zip(leaves, grads, strict=True))
+
+    lrs = [0.01, 0.02, 0.005]
+    auto = gradient_descent(joint_loss, params, lrs, 40, optimizer="adam", runs=RUNS)
+    closed = gradient_descent(None, params, lrs, 40, optimizer="adam", runs=RUNS, gradient=gradient)
+    for name in params:
+        np.testing.assert_array_equal(closed[name], auto[name])
+    assert np.abs(closed["w"][-1] - closed["w"][0]).max() > 0.1
+
+
+def _joint_call(**overrides):
+    """A valid runs = 2 call of gradient_descent, with some arguments replaced."""
+    arguments = {
+        "loss": lambda p: (p["x"] ** 2).sum(-1),
+        "params": {"x": ones(2, 3)},
+        "lr": [0.1, 0.2],
+        "steps": 2,
+        "runs": 2,
+    }
+    arguments.update(overrides)
+    loss, params, lr = (arguments.pop(name) for name in ("loss", "params", "lr"))
+    return lambda: gradient_descent(loss, params, lr, **arguments)
+
+
+def _fixed_gradient(value, grads):
+    return lambda p: (value, grads)
+
+
+BAD_RUNS = [
+    ("lr list without runs", _joint_call(params={"x": ones(3)}, runs=None)),
+    ("lr list too short", _joint_call(lr=[0.1])),
+    ("lr list too long", _joint_call(lr=[0.1, 0.1, 0.1])),
+    ("lr list negative entry", _joint_call(lr=[0.1, -0.1])),
+    ("runs 0", _joint_call(runs=0, lr=0.1)),
+    ("params without run axis", _joint_call(params={"x": ones(3)})),
+    ("params with a wrong run axis", _joint_call(params={"x": ones(2, 3), "y": ones(3, 2)})),
+    ("params scalar with runs", _joint_call(params={"x": torch.tensor(1.0, dtype=DT)})),
+    ("loss scalar with runs", _joint_call(loss=lambda p: (p["x"] ** 2).sum())),
+    ("loss (R, 1) with runs", _joint_call(loss=lambda p: (p["x"] ** 2).sum(-1, keepdim=True))),
+    ("loss (R+1,) with runs", _joint_call(loss=lambda p: torch.cat([ones(1), p["x"].sum(-1)]))),
+    (
+        "gradient wrong keys",
+        _joint_call(loss=None, gradient=_fixed_gradient(ones(2), {"y": ones(2, 3)})),
+    ),
+    (
+        "gradient extra key",
+        _joint_call(
+            loss=None, gradient=_fixed_gradient(ones(2), {"x": ones(2, 3), "y": ones(2, 3)})
+        ),
+    ),
+    (
+        "gradient wrong shape",
+        _joint_call(loss=None, gradient=_fixed_gradient(ones(2), {"x": ones(3, 2)})),
+    ),
+    (
+        "gradient float32",
+        _joint_call(loss=None, gradient=_fixed_gradient(ones(2), {"x": torch.ones(2, 3)})),
+    ),
+    (
+        "gradient not a tensor",
+        _joint_call(loss=None, gradient=_fixed_gradient(ones(2), {"x": np.ones((2, 3))})),
+    ),
+    ("gradient not a pair", _joint_call(loss=None, gradient=lambda p: ones(2))),
+    (
+        "gradient loss wrong shape",
+        _joint_call(loss=None, gradient=_fixed_gradient(ones(3), {"x": ones(2, 3)})),
+    ),
+    ("gradient not callable", _joint_call(loss=None, gradient=3)),
+    ("neither loss nor gradient", _joint_call(loss=None)),
+    (
+        "single run gradient wrong shape",
+        lambda: gradient_descent(
+            None, {"x": ones(3)}, 0.1, 2, gradient=_fixed_gradient(ones(1), {"x": ones(1, 3)})
+        ),
+    ),
+    (
+        "flow gradient wrong keys",
+        lambda: gradient_flow(
+            None, {"x": ones(3)}, [0.0, 1.0], gradient=_fixed_gradient(ones(1), {"y": ones(3)})
+        ),
+    ),
+    (
+        "flow gradient wrong dtype",
+        lambda: gradient_flow(
+            None,
+            {"x": ones(3)},
+            [0.0, 1.0],
+            gradient=_fixed_gradient(ones(1), {"x": torch.ones(3)}),
+        ),
+    ),
+    (
+        "flow gradient non-scalar loss",
+        lambda: gradient_flow(
+            None, {"x": ones(3)}, [0.0, 1.0], gradient=_fixed_gradient(ones(2), {"x": ones(3)})
+        ),
+    ),
+    ("flow neither loss nor gradient", lambda: gradient_flow(None, {"x": ones(3)}, [0.0, 1.0])),
+]
+
+
+@pytest.mark.parametrize("name,call", BAD_RUNS, ids=[n for n, _ in BAD_RUNS])
+def test_bad_runs_and_gradient_input_raises_value_error(name, call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_valid_joint_call_of_the_bad_input_table_runs():
+    """The base call that BAD_RUNS perturbs is itself valid (so each row tests one defect)."""
+    traj = _joint_call()()
+    # x_{k+1} = (1 - 2 lr) x_k
+    np.testing.assert_allclose(traj["x"][-1, 0], 0.8**2 * np.ones(3), rtol=1e-14)
+    np.testing.assert_allclose(traj["x"][-1, 1], 0.6**2 * np.ones(3), rtol=1e-14)
+    ok = _joint_call(loss=None, gradient=lambda p: ((p["x"] ** 2).sum(-1), {"x": 2 * p["x"]}))()
+    np.testing.assert_array_equal(ok["x"], traj["x"])

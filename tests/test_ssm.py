@@ -21,6 +21,7 @@ from lib.ssm import (
     proposition3_student,
     random_sequences,
     square_loss,
+    square_loss_gradient,
     ssm_output,
     ssm_recurrence,
     theorem1_teacher,
@@ -347,3 +348,161 @@ def test_public_names_are_exported():
     ):
         assert hasattr(lib, name)
     assert ssm.SSM is lib.SSM
+
+
+# --- closed-form gradient of eq. (3) -----------------------------------------------------------
+
+
+def _autograd_loss_and_grads(a, b, c, x, y):
+    """square_loss summed over the batch, and its autograd gradients."""
+    leaves = [t.clone().requires_grad_(True) for t in (a, b, c)]
+    losses = square_loss(tuple(leaves), x, y)
+    grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)  # κ = 1: a unused
+    grads = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
+    return losses.detach(), dict(zip("abc", grads, strict=True))
+
+
+def _assert_gradient_matches(got, expected):
+    loss, grads = got
+    expected_loss, expected_grads = expected
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-12, atol=1e-14)
+    assert set(grads) == {"a", "b", "c"}
+    for name in "abc":
+        assert grads[name].shape == expected_grads[name].shape
+        torch.testing.assert_close(grads[name], expected_grads[name], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("d,kappa,n", [(1, 1, 3), (3, 2, 4), (10, 6, 18), (7, 11, 9)])
+def test_square_loss_gradient_matches_autograd(gen, d, kappa, n):
+    x = torch.randn(n, kappa, generator=gen, dtype=DT)
+    y = torch.randn(n, generator=gen, dtype=DT)
+    gradient = square_loss_gradient(x, y)
+    a, b, c = random_ssm(gen, d)
+    _assert_gradient_matches(
+        gradient({"a": a, "b": b, "c": c}), _autograd_loss_and_grads(a, b, c, x, y)
+    )
+    # batched parameters (3, d), shared data
+    a, b, c = random_ssm(gen, d, batch=(3,))
+    loss, grads = gradient({"a": a, "b": b, "c": c})
+    assert loss.shape == (3,)
+    _assert_gradient_matches((loss, grads), _autograd_loss_and_grads(a, b, c, x, y))
+
+
+def test_square_loss_gradient_at_zero_poles(gen):
+    x = torch.randn(5, 4, generator=gen, dtype=DT)
+    y = torch.randn(5, generator=gen, dtype=DT)
+    a = torch.zeros(3, dtype=DT)
+    b, c = torch.randn(2, 3, generator=gen, dtype=DT)
+    got = square_loss_gradient(x, y)({"a": a, "b": b, "c": c})
+    _assert_gradient_matches(got, _autograd_loss_and_grads(a, b, c, x, y))
+    assert bool((got[1]["a"] != 0).all())  # ∂/∂a_j picks up x_{κ-1} through the a^1 term
+
+
+def test_square_loss_gradient_per_run_data(gen):
+    runs, d, kappa, n = 3, 4, 5, 6
+    x = torch.randn(runs, n, kappa, generator=gen, dtype=DT)
+    y = torch.randn(runs, n, generator=gen, dtype=DT)
+    a, b, c = random_ssm(gen, d, batch=(runs,))
+    loss, grads = square_loss_gradient(x, y)({"a": a, "b": b, "c": c})
+    assert loss.shape == (runs,)
+    for r in range(runs):
+        expected = _autograd_loss_and_grads(a[r], b[r], c[r], x[r], y[r])
+        _assert_gradient_matches((loss[r], {k: g[r] for k, g in grads.items()}), expected)
+
+
+def test_square_loss_gradient_weights(gen):
+    runs, d, kappa, n = 2, 4, 5, 6
+    x = torch.randn(runs, n, kappa, generator=gen, dtype=DT)
+    y = torch.randn(runs, n, generator=gen, dtype=DT)
+    params = dict(zip("abc", random_ssm(gen, d, batch=(runs,)), strict=True))
+    # uniform weights 1/n reproduce the default factor 1/n
+    default = square_loss_gradient(x, y)(params)
+    uniform = square_loss_gradient(x, y, weights=torch.full((runs, n), 1.0 / n, dtype=DT))(params)
+    _assert_gradient_matches(uniform, default)
+    # padding run 0 with random rows of weight 0 changes nothing; run 1 keeps its n rows
+    extra = 3
+    padded_x = torch.cat([x, torch.randn(runs, extra, kappa, generator=gen, dtype=DT)], dim=1)
+    padded_y = torch.cat([y, torch.randn(runs, extra, generator=gen, dtype=DT)], dim=1)
+    weights = torch.zeros(runs, n + extra, dtype=DT)
+    weights[0, :n] = 1.0 / n
+    weights[1, :] = 1.0 / (n + extra)
+    padded = square_loss_gradient(padded_x, padded_y, weights=weights)(params)
+    _assert_gradient_matches(
+        (padded[0][0], {k: g[0] for k, g in padded[1].items()}),
+        (default[0][0], {k: g[0] for k, g in default[1].items()}),
+    )
+    expected = _autograd_loss_and_grads(
+        params["a"][1], params["b"][1], params["c"][1], padded_x[1], padded_y[1]
+    )
+    _assert_gradient_matches((padded[0][1], {k: g[1] for k, g in padded[1].items()}), expected)
+    # general weights: ℓ = Σ w_i r_i², checked against autograd of the weighted loss
+    w = torch.rand(n, generator=gen, dtype=DT)
+    a, b, c = (t.clone().requires_grad_(True) for t in random_ssm(gen, d))
+    weighted = (w * (ssm_output(a, b, c, x[0]) - y[0]) ** 2).sum()
+    auto = torch.autograd.grad(weighted, [a, b, c])
+    got = square_loss_gradient(x[0], y[0], weights=w)(
+        {"a": a.detach(), "b": b.detach(), "c": c.detach()}
+    )
+    _assert_gradient_matches(got, (weighted.detach(), dict(zip("abc", auto, strict=True))))
+
+
+BAD_GRADIENT_DATA = [
+    ("x 1-D", lambda: square_loss_gradient(ones(3), ones(3))),
+    ("x 4-D", lambda: square_loss_gradient(ones(1, 2, 3, 4), ones(1, 2, 3))),
+    ("y too short", lambda: square_loss_gradient(ones(3, 4), ones(2))),
+    ("y 2-D for 2-D x", lambda: square_loss_gradient(ones(3, 4), ones(3, 1))),
+    ("y wrong runs", lambda: square_loss_gradient(ones(2, 3, 4), ones(3, 3))),
+    ("kappa 0", lambda: square_loss_gradient(ones(3, 0), ones(3))),
+    ("no rows", lambda: square_loss_gradient(ones(0, 4), ones(0))),
+    ("x float32", lambda: square_loss_gradient(torch.ones(3, 4), ones(3))),
+    ("y nan", lambda: square_loss_gradient(ones(3, 4), torch.full((3,), math.nan, dtype=DT))),
+    ("weights wrong shape", lambda: square_loss_gradient(ones(3, 4), ones(3), weights=ones(4))),
+    (
+        "weights negative",
+        lambda: square_loss_gradient(ones(3, 4), ones(3), weights=-ones(3)),
+    ),
+    (
+        "params of different shapes",
+        lambda: square_loss_gradient(ones(3, 4), ones(3))(
+            {"a": ones(2), "b": ones(3), "c": ones(2)}
+        ),
+    ),
+    (
+        "params scalar",
+        lambda: square_loss_gradient(ones(3, 4), ones(3))(
+            {k: torch.tensor(0.5, dtype=DT) for k in "abc"}
+        ),
+    ),
+    (
+        "per-run data, params 1-D",
+        lambda: square_loss_gradient(ones(2, 3, 4), ones(2, 3))({k: ones(5) for k in "abc"}),
+    ),
+    (
+        "per-run data, wrong run count",
+        lambda: square_loss_gradient(ones(2, 3, 4), ones(2, 3))({k: ones(3, 5) for k in "abc"}),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,call", BAD_GRADIENT_DATA, ids=[n for n, _ in BAD_GRADIENT_DATA])
+def test_square_loss_gradient_bad_input(name, call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_characterization_coefficients_batched_over_times(gen):
+    d, kappa, n = 5, 6, 7
+    a, b, c = random_ssm(gen, d, batch=(4,))
+    x = torch.randn(n, kappa, generator=gen, dtype=DT)
+    y = torch.randn(n, generator=gen, dtype=DT)
+    batched = characterization_coefficients(a, b, c, x, y)
+    assert batched.shape == (4, kappa - 1)
+    stacked = torch.stack([characterization_coefficients(a[t], b[t], c[t], x, y) for t in range(4)])
+    torch.testing.assert_close(batched, stacked, rtol=1e-13, atol=1e-15)
+    # two leading dimensions
+    a2, b2, c2 = (t.reshape(2, 2, d) for t in (a, b, c))
+    torch.testing.assert_close(
+        characterization_coefficients(a2, b2, c2, x, y), stacked.reshape(2, 2, kappa - 1)
+    )
+    with pytest.raises(ValueError):
+        characterization_coefficients(a, b, c, x, y, head=lambda z: z)

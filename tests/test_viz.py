@@ -112,3 +112,23 @@ def test_config(monkeypatch):
     monkeypatch.setenv("BOOK_MODE", "nonsense")
     with pytest.raises(ValueError, match="BOOK_MODE"):
         book_mode()
+
+
+def test_table_formats_numbers_and_escapes_html(capsys):
+    from lib.viz import Table, _cell
+
+    assert _cell(0.00127, 3) == "1.27e-03"
+    assert _cell(12.5, 3) == "12.5"
+    assert _cell(None, 3) == "" and _cell("x", 3) == "x"
+    rendered = Table(["|a_j|", "n"], [["x<y", "3"]])._repr_html_()
+    assert "<th>|a_j|</th>" in rendered and "x&lt;y" in rendered
+    assert repr(Table(["h"], [["value"]])).splitlines()[-1].strip() == "value"
+
+
+def test_table_rejects_ragged_rows():
+    from lib.viz import table
+
+    with pytest.raises(ValueError, match="row 0 has 1 cells"):
+        table(["a", "b"], [[1.0]])
+    with pytest.raises(ValueError, match="at least one header"):
+        table([], [])
