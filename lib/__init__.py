@@ -5,6 +5,9 @@ space models), :mod:`lib.viz` (plots and interactive explorations), :mod:`lib.co
 ``BOOK_SCALE`` / ``BOOK_MODE`` switches).
 """
 
+import torch
+
+from lib.config import torch_threads
 from lib.flow import Trajectory, gradient_descent, gradient_flow
 from lib.ssm import (
     SSM,
@@ -24,6 +27,8 @@ from lib.ssm import (
     theorem1_teacher,
     unit_impulse,
 )
+
+torch.set_num_threads(torch_threads())  # see lib.config: tiny models, shared cores
 
 __all__ = [
     "SSM",

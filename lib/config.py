@@ -7,6 +7,10 @@
     How :func:`lib.viz.explore` shows an exploration: unset in a live kernel (sliders), ``build``
     while the book is built (an animation that moves without a kernel), ``test`` under the test
     runner (one frame at the default values). The Makefile sets it.
+``BOOK_TORCH_THREADS``
+    Threads torch may use (default 1, applied when :mod:`lib` is imported). The book's models are
+    tiny: a second thread buys nothing, and when other processes share the 2 cores, torch's
+    spinning worker threads made a 10⁴-step training run 30–100 times slower in our measurements.
 """
 
 from __future__ import annotations
@@ -39,3 +43,11 @@ def book_mode() -> str:
     if mode not in MODES:
         raise ValueError(f"BOOK_MODE must be one of {MODES}, got {mode!r}")
     return mode
+
+
+def torch_threads() -> int:
+    """The number of torch threads: ``BOOK_TORCH_THREADS`` (a positive integer), default 1."""
+    value = os.environ.get("BOOK_TORCH_THREADS", "1").strip() or "1"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"BOOK_TORCH_THREADS must be a positive integer, got {value!r}")
+    return int(value)

@@ -1,0 +1,211 @@
+"""Deep linear (and bias-free fully connected) networks, after Elkabetz & Cohen 2021.
+
+A network of depth n has weight matrices W_1 ∈ R^{d_1×d_0}, …, W_n ∈ R^{d_n×d_{n−1}}, stored in a
+parameter dict ``{"W1": …, "Wn": …}`` so that the engine (:mod:`lib.flow`) and the curvature tools
+(:mod:`lib.curvature`) apply unchanged. With linear activation the network computes the
+end-to-end matrix W_{n:1} = W_n ⋯ W_1 (eq. 10). This module holds:
+
+* the forward maps (linear, or ReLU through :func:`lib.relu_nets.relu_network`), cross-entropy,
+  and Xavier-uniform initialization;
+* deep linear *scalar regression*, f(θ) = ½‖W_{n:1} − λᵀ‖² (eq. 20 for whitened inputs), with its
+  balanced initialization (Procedure 13) and end-to-end dynamics (Lemma 35);
+* balancedness: the matrices W_{j+1}ᵀW_{j+1} − W_j W_jᵀ, conserved by gradient flow, and the
+  unbalancedness of Definition 30;
+* the rescaling W_j → c W_j, W_{j+1} → W_{j+1}/c, which leaves the function unchanged (Prop. 6).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
+from lib.relu_nets import relu_network
+
+ACTIVATIONS = ("linear", "relu")
+
+
+def layers(params: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The weight matrices [W_1, …, W_n] of a parameter dict with keys W1, …, Wn."""
+    if not isinstance(params, Mapping) or not params:
+        raise ValueError("params must be a non-empty dict {'W1': ..., 'Wn': ...}")
+    depth = len(params)
+    names = [f"W{j}" for j in range(1, depth + 1)]
+    if sorted(params) != sorted(names):
+        raise ValueError(f"params must have keys {names}, got {sorted(params)}")
+    weights = [params[name] for name in names]
+    for j in range(1, depth):
+        if weights[j].shape[-1] != weights[j - 1].shape[-2]:
+            raise ValueError(
+                f"W{j + 1} has {weights[j].shape[-1]} columns but W{j} has "
+                f"{weights[j - 1].shape[-2]} rows"
+            )
+    return weights
+
+
+def as_params(weights: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """{"W1": W_1, …} from a list of matrices."""
+    return {f"W{j}": as_tensor(w, f"W{j}", ndim=2) for j, w in enumerate(weights, start=1)}
+
+
+def xavier_init(widths: Sequence[int], seed: int) -> dict[str, torch.Tensor]:
+    """Xavier-uniform weights (gain 1): entries U[−a, a], a = √(6/(d_in + d_out)), per layer.
+
+    ``widths`` = (d_0, d_1, …, d_n); drawn from ``numpy.random.RandomState(seed)``.
+    """
+    widths = [as_int(w, "width", minimum=1) for w in widths]
+    if len(widths) < 3:
+        raise ValueError(f"need depth >= 2, i.e. at least three widths, got {widths}")
+    rng = np.random.RandomState(as_int(seed, "seed", minimum=0))
+    weights = []
+    for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        weights.append(torch.from_numpy(rng.uniform(-bound, bound, size=(fan_out, fan_in))))
+    return as_params(weights)
+
+
+def network_output(params, x: torch.Tensor, *, activation: str = "linear") -> torch.Tensor:
+    """h_θ(x) = W_n σ(⋯ σ(W_1 x)) (eq. 8, no biases) for inputs x of shape (N, d_0): (N, d_n)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    weights = layers(params)
+    if activation == "relu":
+        return relu_network(weights, x)
+    out = x
+    for w in weights:
+        out = out @ w.T
+    return out
+
+
+def cross_entropy(params, x: torch.Tensor, labels: torch.Tensor, *, activation: str = "linear"):
+    """Mean cross-entropy of the network's logits (eq. 9 with the logistic-type loss)."""
+    logits = network_output(params, x, activation=activation)
+    return torch.nn.functional.cross_entropy(logits, labels)
+
+
+def end_to_end(params) -> torch.Tensor:
+    """W_{n:1} = W_n ⋯ W_1 (eq. 10)."""
+    weights = layers(params)
+    product = weights[0]
+    for w in weights[1:]:
+        product = w @ product
+    return product
+
+
+def scalar_regression_loss(params, target) -> torch.Tensor:
+    """f(θ) = ½‖W_{n:1} − λᵀ‖² (eq. 20 up to its constant, for whitened data with Λ_yx = λᵀ)."""
+    target = as_tensor(target, "target", ndim=1)
+    product = end_to_end(params)
+    if product.shape != (1, target.numel()):
+        raise ValueError(
+            f"the end-to-end matrix must be 1 × {target.numel()}, got {tuple(product.shape)}"
+        )
+    return 0.5 * ((product[0] - target) ** 2).sum()
+
+
+def balanced_init(widths: Sequence[int], end_to_end_matrix) -> dict[str, torch.Tensor]:
+    """Procedure 13: a balanced initialization with a prescribed end-to-end matrix A.
+
+    With the compact SVD A = U Σ Vᵀ (rank r ≤ min_j d_j): W_n ≃ U Σ^{1/n}, W_j ≃ Σ^{1/n} for
+    1 < j < n, W_1 ≃ Σ^{1/n} Vᵀ, where ≃ pads with zeros. Then W_{j+1}ᵀW_{j+1} = W_j W_jᵀ for all j
+    and W_{n:1} = A.
+    """
+    widths = [as_int(w, "width", minimum=1) for w in widths]
+    depth = len(widths) - 1
+    if depth < 2:
+        raise ValueError(f"need depth >= 2, got widths {widths}")
+    matrix = as_tensor(end_to_end_matrix, "end_to_end_matrix", ndim=2)
+    if tuple(matrix.shape) != (widths[-1], widths[0]):
+        raise ValueError(
+            f"A must be {widths[-1]} × {widths[0]} (d_n × d_0), got {tuple(matrix.shape)}"
+        )
+    u, s, vt = torch.linalg.svd(matrix, full_matrices=False)
+    rank = int((s > 1e-14 * max(float(s[0]), 1e-300)).sum()) if s.numel() else 0
+    if rank > min(widths[1:-1]):
+        narrowest = min(widths[1:-1])
+        raise ValueError(f"A has rank {rank}, more than the narrowest hidden width {narrowest}")
+    root = s[:rank] ** (1.0 / depth)
+    weights = [torch.zeros(widths[j + 1], widths[j], dtype=DTYPE) for j in range(depth)]
+    weights[0][:rank] = root[:, None] * vt[:rank]
+    for j in range(1, depth - 1):
+        weights[j][:rank, :rank] = torch.diag(root)
+    weights[-1][:, :rank] = u[:, :rank] * root[None, :]
+    return as_params(weights)
+
+
+def balance_matrices(params) -> list[torch.Tensor]:
+    """W_{j+1}ᵀW_{j+1} − W_j W_jᵀ, j = 1, …, n−1: constant along gradient flow (Du et al. 2018)."""
+    weights = layers(params)
+    return [
+        weights[j + 1].T @ weights[j + 1] - weights[j] @ weights[j].T
+        for j in range(len(weights) - 1)
+    ]
+
+
+def unbalancedness(params) -> float:
+    """Definition 30: max_j ‖W_{j+1}ᵀW_{j+1} − W_j W_jᵀ‖_nuclear (0 for a balanced network)."""
+    return max(float(torch.linalg.matrix_norm(m, ord="nuc")) for m in balance_matrices(params))
+
+
+def rescale(params, j: int, c: float) -> dict[str, torch.Tensor]:
+    """W_j → c W_j and W_{j+1} → W_{j+1}/c: the same function, different curvature (Prop. 6)."""
+    weights = [w.clone() for w in layers(params)]
+    j = as_int(j, "j", minimum=1)
+    if j >= len(weights):
+        raise ValueError(f"j must be in 1..{len(weights) - 1}, got {j}")
+    c = as_positive_float(c, "c")
+    weights[j - 1] = weights[j - 1] * c
+    weights[j] = weights[j] / c
+    return as_params(weights)
+
+
+def end_to_end_velocity(w, target, depth: int) -> torch.Tensor:
+    """Lemma 35 (Arora et al. 2018): under gradient flow from a balanced start, w = W_{n:1} obeys
+    ẇ = −(‖w‖^{2−2/n} (w − λ) + (n−1) ‖w‖^{−2/n} w wᵀ(w − λ)) for a 1 × d_0 end-to-end matrix."""
+    w = as_tensor(w, "w", ndim=1)
+    target = as_tensor(target, "target", ndim=1)
+    depth = as_int(depth, "depth", minimum=2)
+    norm = torch.linalg.vector_norm(w)
+    if norm == 0:
+        return torch.zeros_like(w)
+    residual = w - target
+    return -(
+        norm ** (2 - 2 / depth) * residual + (depth - 1) * norm ** (-2 / depth) * w * (w @ residual)
+    )
+
+
+def lemma7_bound(params, gradient_norm: float) -> float:
+    """Lemma 7's lower bound on λ_min(∇²f(θ)) for a deep linear net with scalar output:
+
+    λ_min ≥ −(n−1) √min{d_0, d_n} ‖∇φ(W_{n:1})‖_F max_{|J|=n−2} Π_{j∈J} ‖W_j‖_spectral.
+    """
+    weights = layers(params)
+    depth = len(weights)
+    norms = sorted((float(torch.linalg.matrix_norm(w, ord=2)) for w in weights), reverse=True)
+    product = math.prod(norms[: depth - 2]) if depth > 2 else 1.0
+    rank_factor = math.sqrt(min(weights[0].shape[1], weights[-1].shape[0]))
+    return -(depth - 1) * rank_factor * float(gradient_norm) * product
+
+
+def theorem15_step_size(depth: int, norm0: float, alignment: float, accuracy: float) -> float:
+    """The step size that Theorem 15 guarantees (eq. 23), for depth n, ‖W_{n:1,0}‖, ν and ε̃.
+
+    η = ‖W‖⁵ min{1, ε̃} / (n^{17/2} e^{7n+6} max{1, κ}^{(11n−5)/2}) · ln(15 n max{1, κ} /
+    (‖W‖ min{1, ε̃}))^{−2}, κ = (1 − ν)/(1 + ν).
+    """
+    depth = as_int(depth, "depth", minimum=2)
+    norm0 = as_positive_float(norm0, "norm0")
+    accuracy = as_positive_float(accuracy, "accuracy")
+    if not -1 < alignment <= 1:
+        raise ValueError(f"alignment ν must lie in (−1, 1], got {alignment}")
+    kappa = max(1.0, (1 - alignment) / (1 + alignment))
+    log_term = math.log(15 * depth * kappa / (norm0 * min(1.0, accuracy)))
+    return (
+        norm0**5
+        * min(1.0, accuracy)
+        / (depth**8.5 * math.exp(7 * depth + 6) * kappa ** ((11 * depth - 5) / 2))
+        / log_term**2
+    )
