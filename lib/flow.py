@@ -258,6 +258,7 @@ def gradient_flow(
             jacobian_options["jac"] = lambda t, theta: negative_hessian(theta)
         if method not in ("LSODA", "Radau", "BDF"):
             raise ValueError(f"a hessian is only used by implicit methods, not by {method}")
+        negative_hessian(packer.pack(theta0))  # validate once: a solver may never call it
 
     if log_time:
 
