@@ -607,3 +607,45 @@ def test_poisoning_window_matches_single_runs():
         poisoning_window(d, kappa, seeds, init_scales=[0.05], relative_gaps=[])
     with pytest.raises(ValueError, match="relative_gap must lie"):
         theorem1_init(d, 0, init_scale=0.05, relative_gap=1.0)
+
+
+def test_table_settings_follow_the_papers_tables_10_to_13():
+    from lib.poison import TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3
+
+    for setting in (TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3):
+        # the special entry sits at the penultimate position only (Table 10)
+        assert setting.special_positions == (setting.kappa - 1,)
+        assert max(setting.baseline_positions) <= setting.kappa - 2
+    assert (TABLE1_ROW2.d, TABLE1_ROW2.kappa, TABLE1_ROW2.warm) == (10, 6, 0.1)
+    assert (TABLE3_ROW2.d, TABLE3_ROW2.kappa, TABLE3_ROW2.lr_clean) == (20, 10, 0.001)
+    assert (TABLE1_ROW3.hidden, TABLE1_ROW3.warm, TABLE1_ROW3.optimizer) == (15, 0.001, "adam")
+    assert (TABLE3_ROW3.hidden, TABLE3_ROW3.lr_special) == (25, 5e-5)
+    assert (TABLE1_ROW2.n_baseline, TABLE1_ROW2.n_special) == (8, 10)
+    assert (TABLE1_ROW3.n_baseline, TABLE1_ROW3.n_special) == (20, 20)
+    # warm init: every entry of a and b starts above the warm constant
+    params = dynamics_init(TABLE1_ROW2, 0)
+    assert bool((params["a"] >= 0.1).all()) and bool((params["b"] >= 0.1).all())
+    assert bool((params["c"] < 0.01).all())
+
+
+def test_row_metrics_against_direct_computation():
+    from lib.poison import TABLE1_ROW2, TABLE1_ROW3, impulse_error, relative_test_error
+
+    runs = train_dynamics(TABLE1_ROW2, [0], max_steps=20)
+    final = runs.trajectory.final
+    for r in range(2):
+        h = ssm_recurrence(
+            final["a"][r], final["b"][r], final["c"][r], torch.eye(40, dtype=DT).flip(0)
+        )
+        assert impulse_error(runs)[r] == pytest.approx((h - 1).abs().max().item(), rel=1e-10)
+    with pytest.raises(ValueError, match="SSM \\+ MLP"):
+        relative_test_error(runs)
+    mlp = train_dynamics(TABLE1_ROW3, [3], special_scales=(None,), max_steps=5)
+    x = torch.randn(2000, 40, generator=torch.Generator().manual_seed(3 + 12), dtype=DT)
+    params = {k: v[0:1] for k, v in mlp.trajectory.final.items()}
+    prediction = ssm_mlp_output(params, x.unsqueeze(0))[0]
+    y = TABLE1_ROW3.teacher_labels(x)
+    expected = (prediction - y).norm() / y.norm()
+    assert relative_test_error(mlp)[0] == pytest.approx(expected.item(), rel=1e-12)
+    first = relative_test_error(mlp, index=0)[0]
+    assert first == pytest.approx(1.0, abs=0.05)  # near-zero init: the zero map, error ~ 1
