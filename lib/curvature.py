@@ -34,12 +34,33 @@ def _check_loss(loss) -> None:
         raise ValueError(f"loss must be a callable params -> scalar, got {type(loss).__name__}")
 
 
+def _flat(inputs, grads) -> torch.Tensor:
+    """Concatenate gradients, with zeros for inputs the differentiated value does not use."""
+    return torch.cat(
+        [
+            torch.zeros_like(p).reshape(-1) if g is None else g.reshape(-1)
+            for p, g in zip(inputs, grads, strict=True)
+        ]
+    )
+
+
 def _gradient(loss: Loss, leaves: dict[str, torch.Tensor]) -> torch.Tensor:
     value = loss(leaves)
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         raise ValueError(f"loss(params) must return a scalar tensor, got {value!r:.60}")
-    grads = torch.autograd.grad(value.reshape(()), list(leaves.values()), create_graph=True)
-    return torch.cat([g.reshape(-1) for g in grads])
+    inputs = list(leaves.values())
+    if not value.requires_grad:  # the loss does not depend on the parameters
+        return _flat(inputs, [None] * len(inputs))
+    grads = torch.autograd.grad(value.reshape(()), inputs, create_graph=True, allow_unused=True)
+    return _flat(inputs, grads)
+
+
+def _second_derivative(gradient: torch.Tensor, inputs, direction: torch.Tensor, **options):
+    """∂(gradient · direction)/∂inputs, flattened (zeros where it does not depend on them)."""
+    if not gradient.requires_grad:  # the loss is (at most) linear: zero Hessian
+        return torch.zeros(gradient.numel(), dtype=DTYPE)
+    grads = torch.autograd.grad(gradient @ direction, inputs, allow_unused=True, **options)
+    return _flat(inputs, grads)
 
 
 def parameter_count(params) -> int:
@@ -56,13 +77,7 @@ def hessian_vector_product(loss: Loss, params, vector) -> torch.Tensor:
     if vector.numel() != size:
         raise ValueError(f"vector must have P = {size} entries, got {vector.numel()}")
     gradient = _gradient(loss, leaves)
-    grads = torch.autograd.grad(gradient @ vector, list(leaves.values()), allow_unused=True)
-    return torch.cat(
-        [
-            torch.zeros_like(p).reshape(-1) if g is None else g.reshape(-1)
-            for p, g in zip(leaves.values(), grads, strict=True)
-        ]
-    ).detach()
+    return _second_derivative(gradient, list(leaves.values()), vector).detach()
 
 
 def dense_hessian(loss: Loss, params) -> torch.Tensor:
@@ -70,19 +85,9 @@ def dense_hessian(loss: Loss, params) -> torch.Tensor:
     _check_loss(loss)
     leaves = _leaves(params)
     gradient = _gradient(loss, leaves)
-    rows = []
-    for index in range(gradient.numel()):
-        grads = torch.autograd.grad(
-            gradient[index], list(leaves.values()), retain_graph=True, allow_unused=True
-        )
-        rows.append(
-            torch.cat(
-                [
-                    torch.zeros_like(p).reshape(-1) if g is None else g.reshape(-1)
-                    for p, g in zip(leaves.values(), grads, strict=True)
-                ]
-            )
-        )
+    inputs = list(leaves.values())
+    basis = torch.eye(gradient.numel(), dtype=DTYPE)
+    rows = [_second_derivative(gradient, inputs, e, retain_graph=True) for e in basis]
     hessian = torch.stack(rows).detach()
     return 0.5 * (hessian + hessian.T)
 
@@ -108,8 +113,7 @@ def extreme_eigenvalues(
 
     def matvec(v: np.ndarray) -> np.ndarray:
         direction = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64).reshape(-1))
-        grads = torch.autograd.grad(gradient @ direction, inputs, retain_graph=True)
-        return torch.cat([g.reshape(-1) for g in grads]).numpy()
+        return _second_derivative(gradient, inputs, direction, retain_graph=True).numpy()
 
     operator = LinearOperator((size, size), matvec=matvec, dtype=np.float64)
     start = np.random.RandomState(0).normal(size=size)

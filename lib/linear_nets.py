@@ -37,6 +37,9 @@ def layers(params: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
     if sorted(params) != sorted(names):
         raise ValueError(f"params must have keys {names}, got {sorted(params)}")
     weights = [params[name] for name in names]
+    for name, w in zip(names, weights, strict=True):
+        if not isinstance(w, torch.Tensor) or w.ndim != 2:
+            raise ValueError(f"{name} must be a matrix (2-D tensor), got {w!r:.60}")
     for j in range(1, depth):
         if weights[j].shape[-1] != weights[j - 1].shape[-2]:
             raise ValueError(
@@ -168,6 +171,10 @@ def end_to_end_velocity(w, target, depth: int) -> torch.Tensor:
     w = as_tensor(w, "w", ndim=1)
     target = as_tensor(target, "target", ndim=1)
     depth = as_int(depth, "depth", minimum=2)
+    if w.shape != target.shape:
+        raise ValueError(
+            f"w and target must have equal lengths, got {w.numel()} and {target.numel()}"
+        )
     norm = torch.linalg.vector_norm(w)
     if norm == 0:
         return torch.zeros_like(w)
@@ -198,6 +205,8 @@ def theorem15_step_size(depth: int, norm0: float, alignment: float, accuracy: fl
     """
     depth = as_int(depth, "depth", minimum=2)
     norm0 = as_positive_float(norm0, "norm0")
+    if norm0 > 0.2:
+        raise ValueError(f"Theorem 15 assumes 0 < ‖W_(n:1)(0)‖ <= 0.2, got {norm0}")
     accuracy = as_positive_float(accuracy, "accuracy")
     if not -1 < alignment <= 1:
         raise ValueError(f"alignment ν must lie in (−1, 1], got {alignment}")
