@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -489,109 +489,70 @@ FIGURE2_SSM = DynamicsSetting(
 )
 """Tables 4–7 of the paper, first rows: d = 10, κ = 6, 8 baseline and 10 special sequences."""
 
-FIGURE2_SSM_MLP = DynamicsSetting(
+FIGURE2_SSM_MLP = replace(
+    FIGURE2_SSM,
     name="SSM + two-hidden-layer ReLU MLP (Figure 2, right)",
-    d=10,
-    kappa=6,
     n_baseline=20,
     n_special=20,
-    baseline_positions=(1, 2),
-    special_positions=(5, 6),
-    sd_a=1e-2,
-    sd_bc=1e-2,
     tie_exponent=0.5,
     optimizer="adam",
-    lr_clean=0.01,
     lr_special=0.001,
     stop_loss=0.05,
-    extra_steps=5000,
     hidden=15,
     sd_mlp=0.03,
 )
 """Tables 4–7, SSM + MLP rows: d = 10, d_h = 15, κ = 6, 20 + 20 sequences, Adam."""
 
-
-TABLE1_ROW2 = DynamicsSetting(
+TABLE1_ROW2 = replace(
+    FIGURE2_SSM,
     name="standalone SSM beyond Theorem 1 (Table 1, row 2)",
-    d=10,
-    kappa=6,
-    n_baseline=8,
-    n_special=10,
-    baseline_positions=(1, 2),
     special_positions=(5,),
     sd_a=1e-3,
     sd_bc=1e-3,
     tie_exponent=5.0,
-    optimizer="adaptive",
-    lr_clean=0.01,
-    lr_special=0.01,
-    stop_loss=0.01,
     extra_steps=1500,
     warm=0.1,
 )
 """Tables 10–13, standalone row: special entries at the penultimate position only, warm init 0.1."""
 
-TABLE3_ROW2 = DynamicsSetting(
+TABLE3_ROW2 = replace(
+    TABLE1_ROW2,
     name="standalone SSM beyond Theorem 1, longer sequences (Table 3, row 2)",
     d=20,
     kappa=10,
-    n_baseline=8,
-    n_special=10,
     baseline_positions=(1, 2, 3, 4, 5, 6, 7),
     special_positions=(9,),
     sd_a=1e-2,
-    sd_bc=1e-3,
     tie_exponent=3.0,
-    optimizer="adaptive",
     lr_clean=0.001,
     lr_special=0.001,
-    stop_loss=0.01,
-    extra_steps=1500,
-    warm=0.1,
 )
 """Tables 10–13, standalone row at the longer length κ = 10 (d = 20)."""
 
-TABLE1_ROW3 = DynamicsSetting(
+TABLE1_ROW3 = replace(
+    FIGURE2_SSM_MLP,
     name="SSM in a non-linear network (Table 1, row 3)",
-    d=10,
-    kappa=6,
-    n_baseline=20,
-    n_special=20,
-    baseline_positions=(1, 2),
     special_positions=(5,),
-    sd_a=1e-2,
-    sd_bc=1e-2,
-    tie_exponent=0.5,
-    optimizer="adam",
-    lr_clean=0.01,
     lr_special=0.01,
     stop_loss=0.01,
-    extra_steps=5000,
-    hidden=15,
-    sd_mlp=0.03,
     warm=0.001,
 )
 """Tables 10–13, SSM + MLP row: d = 10, d_h = 15, κ = 6, 20 + 20 sequences, Adam."""
 
-TABLE3_ROW3 = DynamicsSetting(
+TABLE3_ROW3 = replace(
+    TABLE1_ROW3,
     name="SSM in a non-linear network, longer sequences (Table 3, row 3)",
     d=20,
     kappa=10,
-    n_baseline=20,
-    n_special=20,
     baseline_positions=(1, 2, 3, 4, 5, 6, 7),
     special_positions=(9,),
     sd_a=1e-3,
     sd_bc=1e-3,
     tie_exponent=2.0,
-    optimizer="adam",
-    lr_clean=0.01,
     lr_special=5e-5,
     stop_loss=0.05,
-    extra_steps=5000,
     hidden=25,
     sd_mlp=0.1,
-    warm=0.001,
 )
 """Tables 10–13, SSM + MLP row at κ = 10 (d = 20, d_h = 25; Adam 5e-5 with special sequences)."""
 

@@ -22,3 +22,22 @@ def random_ssm(gen, d, *, batch=(), radius=0.95):
 def ones(*shape):
     """A float64 tensor of ones (short, for the tables of bad inputs)."""
     return torch.ones(*shape, dtype=DT)
+
+
+def flat_hessian(loss, params):
+    """The autograd Hessian of θ ↦ loss(params(θ)), θ the dict's tensors flattened in dict order.
+
+    An independent reference for lib.curvature (torch.autograd.functional.hessian).
+    """
+    from torch.autograd.functional import hessian
+
+    names = list(params)
+    shapes = [params[k].shape for k in names]
+    sizes = [params[k].numel() for k in names]
+
+    def flat_loss(theta):
+        chunks = theta.split(sizes)
+        return loss({k: c.reshape(s) for k, c, s in zip(names, chunks, shapes, strict=True)})
+
+    theta = torch.cat([params[k].detach().reshape(-1) for k in names])
+    return hessian(flat_loss, theta)

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import DT, ones
-from torch.autograd.functional import hessian
+from conftest import DT, flat_hessian, ones
 
 import lib.curvature
 from lib.curvature import (
@@ -16,17 +15,7 @@ from lib.curvature import (
 
 
 def _flat_hessian(loss, params):
-    """The autograd Hessian of θ ↦ loss(params(θ)), θ the dict's tensors flattened in dict order."""
-    names = list(params)
-    shapes = [params[k].shape for k in names]
-    sizes = [params[k].numel() for k in names]
-
-    def flat_loss(theta):
-        chunks = theta.split(sizes)
-        return loss({k: c.reshape(s) for k, c, s in zip(names, chunks, shapes, strict=True)})
-
-    theta = torch.cat([params[k].detach().reshape(-1) for k in names])
-    return hessian(flat_loss, theta)
+    return flat_hessian(loss, params)
 
 
 def _two_layer(gen, d_in=4, hidden=3, d_out=2, samples=6):

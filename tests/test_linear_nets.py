@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import DT, ones
-from torch.autograd.functional import hessian
+from conftest import DT, flat_hessian, ones
 
 from lib.flow import gradient_descent, gradient_flow
 from lib.linear_nets import (
@@ -52,16 +51,8 @@ def _unit(gen, d):
 
 def _lambda_min(loss, params):
     """Smallest eigenvalue of the autograd Hessian of loss over the flattened W1, …, Wn."""
-    names = [f"W{j}" for j in range(1, len(params) + 1)]
-    shapes = [params[k].shape for k in names]
-    sizes = [params[k].numel() for k in names]
-
-    def flat_loss(theta):
-        chunks = theta.split(sizes)
-        return loss({k: c.reshape(s) for k, c, s in zip(names, chunks, shapes, strict=True)})
-
-    theta = torch.cat([params[k].detach().reshape(-1) for k in names])
-    return float(np.linalg.eigvalsh(hessian(flat_loss, theta).numpy())[0])
+    ordered = {f"W{j}": params[f"W{j}"] for j in range(1, len(params) + 1)}
+    return float(np.linalg.eigvalsh(flat_hessian(loss, ordered).numpy())[0])
 
 
 # --- parameter dicts ------------------------------------------------------------------------------
