@@ -32,6 +32,7 @@ from lib.ssm import (
     SSM,
     _ssm_output_vjp,
     baseline_and_special,
+    characterization_coefficients,
     generalization_error,
     impulse_response,
     ones_teacher,
@@ -703,6 +704,37 @@ class DynamicsRuns:
         history = {k: v[:, r] for k, v in self.trajectory.params.items()}
         n = self.sizes[r]
         return history, self.x[r, :n], self.y[r, :n]
+
+    def index(self, seed: int, scale: float | None) -> int:
+        """The run number of a (seed, special scale) pair."""
+        for r, pair in enumerate(zip(self.seeds, self.scales, strict=True)):
+            if pair == (seed, scale):
+                return r
+        raise ValueError(f"no run with seed {seed} and special scale {scale}")
+
+    def active(self, r: int) -> np.ndarray:
+        """Mask of the recorded iterations up to the end of run r (afterwards it is frozen)."""
+        return self.trajectory.times <= self.trajectory.info["steps_run"][r]
+
+    def gamma0(self, r: int) -> np.ndarray:
+        """γ^{(0)}(t) of Proposition 1 at every recorded iterate of run r (eq. 8).
+
+        For an SSM followed by the MLP the gains g_i of the network enter (eq. 10).
+        """
+        history, x_r, y_r = self.run(r)
+        params = [torch.from_numpy(history[k]) for k in "abc"]
+        if not self.setting.with_mlp:
+            return characterization_coefficients(*params, x_r, y_r)[:, 0].numpy()
+        values = []
+        for t in range(len(self.trajectory)):
+            weights = [torch.from_numpy(history[k][t]) for k in ("d_in", "d_hidden", "d_out")]
+
+            def head(z, weights=weights):
+                return relu_network(weights, z.unsqueeze(-1)).squeeze(-1)
+
+            step = [p[t] for p in params]
+            values.append(characterization_coefficients(*step, x_r, y_r, head=head)[0].item())
+        return np.array(values)
 
 
 def train_dynamics(

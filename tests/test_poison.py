@@ -649,3 +649,22 @@ def test_row_metrics_against_direct_computation():
     assert relative_test_error(mlp)[0] == pytest.approx(expected.item(), rel=1e-12)
     first = relative_test_error(mlp, index=0)[0]
     assert first == pytest.approx(1.0, abs=0.05)  # near-zero init: the zero map, error ~ 1
+
+
+def test_dynamics_runs_index_active_and_gamma0():
+    from lib.ssm import characterization_coefficients
+
+    runs = train_dynamics(FIGURE2_SSM, [0, 1], max_steps=40, record_every=10)
+    assert runs.index(1, None) == 2 and runs.index(0, 1.0) == 1
+    with pytest.raises(ValueError, match="no run"):
+        runs.index(5, None)
+    assert runs.active(0).dtype == bool and runs.active(0).all()
+    history, x, y = runs.run(1)
+    expected = [
+        characterization_coefficients(*(torch.from_numpy(history[k][t]) for k in "abc"), x, y)[0]
+        for t in range(len(runs.trajectory))
+    ]
+    np.testing.assert_allclose(runs.gamma0(1), np.array(expected), rtol=1e-12, atol=1e-15)
+    assert np.all(runs.gamma0(0) == 0.0)  # no special sequences: penultimate column is zero
+    mlp = train_dynamics(FIGURE2_SSM_MLP, [0], max_steps=20, record_every=10)
+    assert np.all(mlp.gamma0(0) == 0.0) and np.abs(mlp.gamma0(1)).max() > 0
