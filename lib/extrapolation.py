@@ -19,7 +19,6 @@ discrete distribution with atoms a_i and masses b_i² (up to the total mass h_0)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -144,6 +143,14 @@ def population_loss(h, w, k: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_runs(tensor: torch.Tensor, runs: int) -> None:
+    if tensor.ndim < 2 or tensor.shape[0] != runs:
+        raise ValueError(
+            f"one training length per run: {runs} lengths, but parameters of shape "
+            f"{tuple(tensor.shape)} (expected a leading run axis of {runs})"
+        )
+
+
 def _masks(ks, length: int) -> torch.Tensor:
     ks = torch.as_tensor(list(ks))
     return (torch.arange(length)[None, :] < ks[:, None]).to(DTYPE)
@@ -226,7 +233,8 @@ def balanced_flow(
     time = as_positive_float(time, "time")
     points = as_int(points, "points", minimum=2)
     gradient, jacobian = balanced_field(w, k)
-    grid = np.concatenate([[0.0], np.logspace(-2, math.log10(time), points - 1)])
+    first = min(1e-2, time / 100)  # log-spaced from a small time up to ``time``
+    grid = np.concatenate([[0.0], np.geomspace(first, time, points - 1)])
     if points == 2:
         grid = np.array([0.0, time])
     return gradient_flow(
@@ -297,6 +305,7 @@ def balanced_descent_field(w, ks: Sequence[int]):
 
     def gradient(params):
         a, b = params["a"], params["b"]  # (R, d)
+        _check_runs(a, len(ks))
         repeated = a.unsqueeze(-2).expand(*a.shape[:-1], length - 1, a.shape[-1])
         powers = torch.cat([torch.ones_like(a).unsqueeze(-2), torch.cumprod(repeated, -2)], -2)
         shifted = torch.cat([torch.zeros_like(a).unsqueeze(-2), powers[..., :-1, :]], -2)
@@ -355,6 +364,7 @@ def general_descent_field(w, ks: Sequence[int]):
 
     def gradient(params):
         a, b, c = params["A"], params["B"], params["C"]
+        _check_runs(b, len(ks))
         u = _krylov(a, b, length)  # (R, K, d)
         v = _krylov(a.transpose(-1, -2), c, length)
         residual = mask * ((u * c.unsqueeze(-2)).sum(-1) - target)  # (R, K)
@@ -412,7 +422,8 @@ def train_adam(
     from where the previous ended, so Adam's moment estimates restart at each milestone.)
     """
     steps = as_int(steps, "steps", minimum=1)
-    bounds = [0, *[as_int(m, "milestone", minimum=1) for m in milestones if m < steps], steps]
+    checked = [as_int(m, "milestone", minimum=1) for m in milestones]
+    bounds = [0, *[m for m in checked if m < steps], steps]
     pieces, current = [], params
     for phase, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         piece = gradient_descent(

@@ -247,8 +247,8 @@ def gradient_flow(
             matrix = hessian(packer.unpack(theta))
             if not isinstance(matrix, torch.Tensor) or tuple(matrix.shape) != (size, size):
                 raise ValueError(
-                    f"hessian(params) must return a ({size}, {size}) tensor, got "
-                    f"{tuple(getattr(matrix, 'shape', ()))}"
+                    f"hessian(params) must return a torch tensor of shape ({size}, {size}), got "
+                    f"{type(matrix).__name__} of shape {tuple(getattr(matrix, 'shape', ()))}"
                 )
             return -matrix.detach().numpy()
 
