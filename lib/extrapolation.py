@@ -26,7 +26,7 @@ import torch
 from numpy.polynomial import legendre
 
 from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
-from lib.flow import Trajectory, gradient_descent, gradient_flow
+from lib.flow import Trajectory, gradient_descent, gradient_flow, log_grid
 from lib.ssm import SSM, impulse_response
 
 # --------------------------------------------------------------------------------------------
@@ -233,10 +233,7 @@ def balanced_flow(
     time = as_positive_float(time, "time")
     points = as_int(points, "points", minimum=2)
     gradient, jacobian = balanced_field(w, k)
-    first = min(1e-2, time / 100)  # log-spaced from a small time up to ``time``
-    grid = np.concatenate([[0.0], np.geomspace(first, time, points - 1)])
-    if points == 2:
-        grid = np.array([0.0, time])
+    grid = log_grid(time, points)
     return gradient_flow(
         None,
         params,

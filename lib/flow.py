@@ -80,6 +80,16 @@ class Trajectory:
         return self.at(-1)
 
 
+def log_grid(horizon: float, points: int) -> np.ndarray:
+    """Recording times for long flows: 0, then ``points − 1`` geometrically spaced times from
+    min(1e-2, horizon/100) to ``horizon`` (just [0, horizon] when ``points`` is 2)."""
+    horizon = as_positive_float(horizon, "horizon")
+    points = as_int(points, "points", minimum=2)
+    if points == 2:
+        return np.array([0.0, horizon])
+    return np.concatenate([[0.0], np.geomspace(min(1e-2, horizon / 100), horizon, points - 1)])
+
+
 class _Packer:
     """Flattens a parameter dict into one float64 vector and back."""
 

@@ -26,7 +26,7 @@ import torch
 from scipy.optimize import brentq
 
 from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
-from lib.flow import Trajectory, gradient_descent, gradient_flow
+from lib.flow import Trajectory, gradient_descent, gradient_flow, log_grid
 from lib.relu_nets import gaussian_weights, relu_network
 from lib.ssm import (
     SSM,
@@ -207,15 +207,6 @@ def _theorem1_gradient(kappa: int, poisoned: bool):
     return gradient
 
 
-def log_grid(horizon: float, points: int) -> np.ndarray:
-    """Recording times 0 and ``points − 1`` log-spaced times from 1e-2 to ``horizon``."""
-    horizon = as_positive_float(horizon, "horizon")
-    points = as_int(points, "points", minimum=2)
-    if points == 2:
-        return np.array([0.0, horizon])
-    return np.concatenate([[0.0], np.logspace(-2, math.log10(horizon), points - 1)])
-
-
 def theorem1_flow(
     a0, kappa: int, *, poisoned: bool, horizon: float, points: int = 400
 ) -> Trajectory:
@@ -224,7 +215,7 @@ def theorem1_flow(
     Integrates eq. (21) or (23) with LSODA in log time τ = log(1 + t) (no small-step gradient
     descent), with tolerances rtol = 1e-10, atol = 1e-15 fine enough to keep the tie gap of 5e-12
     of Table 3. ``a0`` may have shape ``(R, d)`` to integrate R independent students at once.
-    Recorded at 0 and log-spaced times (:func:`log_grid`).
+    Recorded at 0 and log-spaced times (:func:`lib.flow.log_grid`).
     """
     a0 = as_tensor(a0, "a0", min_ndim=1)
     kappa = _check_kappa(kappa)

@@ -540,3 +540,15 @@ def test_valid_joint_call_of_the_bad_input_table_runs():
     np.testing.assert_allclose(traj["x"][-1, 1], 0.6**2 * np.ones(3), rtol=1e-14)
     ok = _joint_call(loss=None, gradient=lambda p: ((p["x"] ** 2).sum(-1), {"x": 2 * p["x"]}))()
     np.testing.assert_array_equal(ok["x"], traj["x"])
+
+
+def test_log_grid():
+    from lib.flow import log_grid
+
+    grid = log_grid(1e11, 5)
+    np.testing.assert_allclose(grid, [0.0, *np.logspace(-2, 11, 4)], rtol=1e-12)
+    np.testing.assert_allclose(log_grid(0.005, 3), [0.0, 5e-5, 5e-3], rtol=1e-12)
+    np.testing.assert_array_equal(log_grid(7.0, 2), [0.0, 7.0])
+    for bad in ((0.0, 3), (1.0, 1)):
+        with pytest.raises(ValueError):
+            log_grid(*bad)
