@@ -30,6 +30,7 @@ Loss = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
 Gradient = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, Mapping[str, torch.Tensor]]]
 
 OPTIMIZERS = ("gd", "adaptive", "adam")
+ADAM_FORMS = ("torch", "keras")
 ODE_METHODS = ("LSODA", "RK45", "RK23", "DOP853", "Radau", "BDF")
 
 
@@ -385,6 +386,7 @@ def gradient_descent(
     softening: float = 1e-6,
     adam_betas: tuple[float, float] = (0.9, 0.999),
     adam_eps: float = 1e-8,
+    adam_form: str = "torch",
     runs: int | None = None,
     gradient: Gradient | None = None,
 ) -> Trajectory:
@@ -402,7 +404,13 @@ def gradient_descent(
         the direction is the gradient's. (The paper's text says squared norms and softening 1e-5;
         its code uses plain norms and 1e-6, which we follow.)
     ``"adam"``
-        Adam (Kingma & Ba 2015) in PyTorch's form, with ``adam_betas`` and ``adam_eps``.
+        Adam (Kingma & Ba 2015) with ``adam_betas`` = (β₁, β₂) and ``adam_eps`` = ε:
+        u_k = m̂_k / (√v̂_k + ε_k) with the bias-corrected moments m̂_k, v̂_k. In PyTorch's form
+        (``adam_form="torch"``) ε_k = ε. In Keras/TensorFlow's form (``"keras"``, the
+        "ε-hat" variant of Kingma & Ba's §2, which the poisoning paper's code ran, with ε = 1e-7)
+        ε is added to the *uncorrected* √v_k, i.e. ε_k = ε / √(1 − β₂^{k+1}). The two differ
+        only where gradients are as small as ε, which is exactly the near-zero plateau of
+        greedy learning.
 
     Stopping rule
     -------------
@@ -458,6 +466,8 @@ def gradient_descent(
     if not (0 <= b1 < 1 and 0 <= b2 < 1):
         raise ValueError(f"adam_betas must lie in [0, 1), got {adam_betas}")
     adam_eps = as_positive_float(adam_eps, "adam_eps")
+    if adam_form not in ADAM_FORMS:
+        raise ValueError(f"adam_form must be one of {ADAM_FORMS}, got {adam_form!r}")
 
     theta = _runs_view(theta, runs)
     n_runs = runs or 1
@@ -530,7 +540,10 @@ def gradient_descent(
             second_moment.mul_(b2).addcmul_(g, g, value=1 - b2)
             m_hat = first_moment / (1 - b1 ** (k + 1))
             v_hat = second_moment / (1 - b2 ** (k + 1))
-            update = m_hat / (v_hat.sqrt() + adam_eps)
+            eps_k = adam_eps
+            if adam_form == "keras":
+                eps_k = adam_eps / math.sqrt(1 - b2 ** (k + 1))
+            update = m_hat / (v_hat.sqrt() + eps_k)
         if k % record_every == 0:
             record(k, values, np.where(active, eta.numpy(), np.nan))
         if active.all():

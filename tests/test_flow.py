@@ -179,6 +179,55 @@ def test_adam_matches_torch_optim(gen):
         np.testing.assert_allclose(traj[name][-1], p.detach().numpy(), rtol=1e-10, atol=1e-14)
 
 
+def test_adam_keras_form_matches_tensorflow_update_rule(gen):
+    """TensorFlow's Adam (the poisoning paper's optimizer): lr_t = lr·√(1−β₂ᵗ)/(1−β₁ᵗ) and
+    θ ← θ − lr_t·m_t/(√v_t + ε) with the *uncorrected* moments, written out here by hand."""
+    loss, params = _ssm_like_loss(gen)
+    lr, eps, steps, b1, b2 = 0.01, 1e-7, 40, 0.9, 0.999
+    traj = gradient_descent(
+        loss, params, lr, steps, optimizer="adam", adam_eps=eps, adam_form="keras"
+    )
+    theta = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    m = {k: torch.zeros_like(v) for k, v in params.items()}
+    v = {k: torch.zeros_like(p) for k, p in params.items()}
+    for t in range(1, steps + 1):
+        grads = torch.autograd.grad(loss(theta), list(theta.values()))
+        grads = dict(zip(theta, grads, strict=True))
+        lr_t = lr * math.sqrt(1 - b2**t) / (1 - b1**t)
+        with torch.no_grad():
+            for k, p in theta.items():
+                m[k] = b1 * m[k] + (1 - b1) * grads[k]
+                v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
+                p -= lr_t * m[k] / (v[k].sqrt() + eps)
+    for name in theta:
+        np.testing.assert_allclose(
+            traj[name][-1], theta[name].detach().numpy(), rtol=1e-10, atol=1e-14
+        )
+
+
+def test_adam_forms_differ_only_where_gradients_are_as_small_as_eps():
+    """On f(x) = s·x the first Adam step is lr·g/(|g| + ε_1): the two forms agree for gradients
+    far above ε and differ for gradients at ε's scale (Keras' ε_1 = ε/√(1−β₂) is 32× larger)."""
+    eps = 1e-7
+    for slope, same in ((1.0, True), (1e-7, False)):
+        moved = {}
+        for form in ("torch", "keras"):
+            traj = gradient_descent(
+                lambda p, s=slope: s * p["x"].sum(),
+                {"x": ones(1)},
+                0.1,
+                1,
+                optimizer="adam",
+                adam_eps=eps,
+                adam_form=form,
+            )
+            moved[form] = 1.0 - traj["x"][-1, 0]
+        expected = 0.1 * slope / (slope + eps / math.sqrt(1 - 0.999))
+        assert moved["keras"] == pytest.approx(expected, rel=1e-12)
+        assert moved["torch"] == pytest.approx(0.1 * slope / (slope + eps), rel=1e-12)
+        assert bool(moved["torch"] == pytest.approx(moved["keras"], rel=1e-5)) is same
+
+
 def test_stopping_rule_and_recording():
     def loss(p):
         return (p["x"] ** 2).sum()
@@ -238,6 +287,12 @@ BAD = [
         lambda: gradient_descent(lambda p: p["x"].sum(), {"x": ones(1)}, 0.1, 1, record_every=0),
     ),
     ("beta", lambda: gradient_descent(lambda p: p["x"].sum(), {"x": ones(1)}, 0.1, 1, beta=1.0)),
+    (
+        "adam_form",
+        lambda: gradient_descent(
+            lambda p: p["x"].sum(), {"x": ones(1)}, 0.1, 1, optimizer="adam", adam_form="tf"
+        ),
+    ),
     (
         "stop_loss negative",
         lambda: gradient_descent(lambda p: p["x"].sum(), {"x": ones(1)}, 0.1, 1, stop_loss=-1),

@@ -13,6 +13,7 @@ from lib.flow import gradient_descent
 from lib.poison import (
     FIGURE2_SSM,
     FIGURE2_SSM_MLP,
+    TABLE1_ROW3,
     conserved_quantity,
     dynamics_data,
     dynamics_init,
@@ -450,6 +451,41 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def test_mlp_settings_train_with_the_authors_adam(one_thread):
+    """The SSM + MLP settings use TensorFlow's Adam (ε = 1e-7 on the uncorrected √v), and
+    train_dynamics passes it on: one run equals a direct gradient_descent call with that form,
+    and differs from PyTorch's form (ε = 1e-8 on √v̂), because on the initial plateau the
+    gradients are far below ε."""
+    from dataclasses import replace
+
+    setting, seed, steps = TABLE1_ROW3, 0, 200
+    assert (setting.optimizer, setting.adam_form, setting.adam_eps) == ("adam", "keras", 1e-7)
+    runs = train_dynamics(setting, [seed], special_scales=(None,), max_steps=steps)
+    x, y = dynamics_data(setting, seed, special_scale=None)
+    n = x.shape[0]
+    direct = gradient_descent(
+        None,
+        {k: v[None] for k, v in dynamics_init(setting, seed).items()},
+        setting.lr_clean,
+        steps,
+        optimizer="adam",
+        adam_eps=1e-7,
+        adam_form="keras",
+        runs=1,
+        gradient=ssm_mlp_loss_gradient(x[None], y[None], torch.full((1, n), 1.0 / n, dtype=DT)),
+    )
+    np.testing.assert_allclose(runs.trajectory["a"][-1, 0], direct["a"][-1, 0], rtol=1e-12)
+    torch_form = train_dynamics(
+        replace(setting, adam_form="torch", adam_eps=1e-8),
+        [seed],
+        special_scales=(None,),
+        max_steps=steps,
+    )
+    moved = np.abs(runs.trajectory["a"][-1, 0] - runs.trajectory["a"][0, 0]).max()
+    moved_torch = np.abs(torch_form.trajectory["a"][-1, 0] - runs.trajectory["a"][0, 0]).max()
+    assert moved_torch > 10 * moved
 
 
 def test_train_dynamics_runs_equal_single_runs(one_thread):
