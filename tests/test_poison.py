@@ -704,3 +704,32 @@ def test_dynamics_runs_index_active_and_gamma0():
     assert np.all(runs.gamma0(0) == 0.0)  # no special sequences: penultimate column is zero
     mlp = train_dynamics(FIGURE2_SSM_MLP, [0], max_steps=20, record_every=10)
     assert np.all(mlp.gamma0(0) == 0.0) and np.abs(mlp.gamma0(1)).max() > 0
+
+
+@pytest.mark.parametrize("poisoned", [False, True], ids=["clean", "poisoned"])
+def test_theorem1_hessian_is_the_jacobian_of_the_gradient(poisoned):
+    """The closed-form Jacobian handed to LSODA equals autograd's Jacobian of the gradient map,
+    block-diagonal over a batch of runs."""
+    from lib.poison import _theorem1_gradient, _theorem1_hessian
+
+    kappa = 7
+    a = torch.tensor([[0.4, 0.3, 0.1, 0.05], [0.2, 0.19, 0.02, 0.6]], dtype=DT)
+    gradient = _theorem1_gradient(kappa, poisoned)
+
+    def flat_gradient(flat):
+        return gradient({"a": flat.reshape(a.shape)})[1]["a"].reshape(-1)
+
+    # autograd through the NumPy closure is impossible, so differentiate the same formula in torch
+    def torch_gradient(flat):
+        x = flat.reshape(a.shape)
+        power = x ** (kappa - 2)
+        residual = 1.0 - (power * x).sum(-1, keepdim=True)
+        velocity = (kappa - 1) * residual * power
+        velocity = velocity + (1.0 - x.sum(-1, keepdim=True)) if poisoned else 2.0 * velocity
+        return -velocity.reshape(-1)
+
+    torch.testing.assert_close(flat_gradient(a.reshape(-1)), torch_gradient(a.reshape(-1)))
+    expected = torch.autograd.functional.jacobian(torch_gradient, a.reshape(-1))
+    got = _theorem1_hessian(kappa, poisoned)({"a": a})
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+    assert float(got[:4, 4:].abs().max()) == 0.0  # runs do not interact
