@@ -172,39 +172,46 @@ def balanced_field(w, k: int):
     k = as_int(k, "k", minimum=1)
     if w.shape[0] < k:
         raise ValueError(f"w needs at least k = {k} entries, got {w.shape[0]}")
-    target = w[:k]
-    j = torch.arange(k, dtype=DTYPE).unsqueeze(-1)
+    # The arithmetic runs in NumPy on the tensors' buffers: an ODE solve calls these closures
+    # thousands of times on a few dozen numbers, where torch's per-operation overhead would cost
+    # several times the arithmetic.
+    target = w[:k].numpy()
+    j = np.arange(k, dtype=np.float64)[:, None]
 
     def pieces(a, b):
-        powers = torch.cat([torch.ones_like(a)[None], torch.cumprod(a.expand(k - 1, -1), 0)])
-        shifted = torch.cat([torch.zeros_like(a)[None], powers[:-1]])
-        slopes = j * shifted  # j a^{j−1}
+        powers = np.empty((k, a.size))  # a^j
+        powers[0] = 1.0
+        np.cumprod(np.broadcast_to(a, (k - 1, a.size)), axis=0, out=powers[1:])
+        slopes = np.empty_like(powers)  # j a^{j−1}
+        slopes[0] = 0.0
+        np.multiply(j[1:], powers[:-1], out=slopes[1:])
         residual = powers @ (b * b) - target
         return powers, slopes, residual
 
     def gradient(params):
-        a, b = params["a"], params["b"]
+        a, b = params["a"].detach().numpy(), params["b"].detach().numpy()
         powers, slopes, residual = pieces(a, b)
-        return (residual**2).sum(), {
-            "a": 2 * b * b * (residual @ slopes),
-            "b": 2 * b * (residual @ powers),
+        return torch.from_numpy(np.asarray((residual**2).sum())), {
+            "a": torch.from_numpy(2 * b * b * (residual @ slopes)),
+            "b": torch.from_numpy(2 * b * (residual @ powers)),
         }
 
     def jacobian(params):
-        a, b = params["a"], params["b"]
+        a, b = params["a"].detach().numpy(), params["b"].detach().numpy()
         d = a.shape[0]
         powers, slopes, residual = pieces(a, b)
-        curvature = torch.cat([torch.zeros_like(a)[None], j[1:] * slopes[:-1]])  # j(j−1)a^{j−2}
+        curvature = np.zeros_like(slopes)  # j(j−1)a^{j−2}
+        curvature[1:] = j[1:] * slopes[:-1]
         # d r_j / d(a, b): (k, 2d); the field F = Σ_j r_j G_j with G_j = (2 b² j a^{j−1}, 2 b a^j)
-        dr = torch.cat([b * b * slopes, 2 * b * powers], dim=1)
-        g_rows = torch.cat([2 * b * b * slopes, 2 * b * powers], dim=1)  # G_j, (k, 2d)
+        dr = np.hstack([b * b * slopes, 2 * b * powers])
+        g_rows = np.hstack([2 * b * b * slopes, 2 * b * powers])  # G_j, (k, 2d)
         matrix = g_rows.T @ dr
-        index = torch.arange(d)
+        index = np.arange(d)
         matrix[index, index] += 2 * b * b * (residual @ curvature)
         matrix[index, d + index] += 4 * b * (residual @ slopes)
         matrix[d + index, index] += 2 * b * (residual @ slopes)
         matrix[d + index, d + index] += 2 * (residual @ powers)
-        return matrix
+        return torch.from_numpy(matrix)
 
     return gradient, jacobian
 
