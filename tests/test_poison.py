@@ -719,14 +719,9 @@ def test_theorem1_hessian_is_the_jacobian_of_the_gradient(poisoned):
     def flat_gradient(flat):
         return gradient({"a": flat.reshape(a.shape)})[1]["a"].reshape(-1)
 
-    # autograd through the NumPy closure is impossible, so differentiate the same formula in torch
+    # autograd cannot see through the NumPy closure: differentiate the public torch velocity
     def torch_gradient(flat):
-        x = flat.reshape(a.shape)
-        power = x ** (kappa - 2)
-        residual = 1.0 - (power * x).sum(-1, keepdim=True)
-        velocity = (kappa - 1) * residual * power
-        velocity = velocity + (1.0 - x.sum(-1, keepdim=True)) if poisoned else 2.0 * velocity
-        return -velocity.reshape(-1)
+        return -theorem1_velocity(flat.reshape(a.shape), kappa, poisoned=poisoned).reshape(-1)
 
     torch.testing.assert_close(flat_gradient(a.reshape(-1)), torch_gradient(a.reshape(-1)))
     expected = torch.autograd.functional.jacobian(torch_gradient, a.reshape(-1))
