@@ -466,8 +466,9 @@ class DynamicsSetting:
     (``adam_form="keras"``, ``adam_eps=1e-7``: ε added to the uncorrected √v_k, see
     :func:`lib.flow.gradient_descent`). This matters: on the initial plateau the gradients are far
     below ε, so Adam moves like gradient descent with rate lr/ε and keeps the slow, greedy
-    escape; with PyTorch's ε = 1e-8 the clean runs leave the plateau about ten times sooner and
-    learn more entries of A (see the poisoning-in-practice chapter).
+    escape; with PyTorch's ε = 1e-8 the clean runs leave the plateau two to ten times sooner
+    (measured: 1.7–9.5× on seeds 0–7 of Table 1, row 3) and learn more entries of A (see the
+    poisoning-in-practice chapter).
     """
 
     name: str
