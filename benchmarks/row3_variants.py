@@ -27,19 +27,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lib import poison  # noqa: E402
+from lib import poison, poison_dynamics  # noqa: E402
 
 SEEDS = list(range(8))
 
 
-def correlated_init(setting: poison.DynamicsSetting, seed: int) -> dict[str, torch.Tensor]:
+def correlated_init(setting: poison_dynamics.DynamicsSetting, seed: int) -> dict[str, torch.Tensor]:
     """The authors' initialization with TensorFlow's shared stateless stream (see module doc)."""
     rng = np.random.RandomState(seed)
     d, h = setting.d, setting.hidden
     z = rng.normal(size=max(d * d, h * h))
     gap = poison.tie_gap(setting.sd_a, setting.tie_exponent)
-    a = poison._sorted_with_tie(np.abs(setting.sd_a * z[: d * d].reshape(d, d).diagonal()), gap)
-    b = poison._sorted_with_tie(np.abs(setting.sd_bc * z[:d]), gap)
+    a = poison_dynamics.sorted_with_tie(
+        np.abs(setting.sd_a * z[: d * d].reshape(d, d).diagonal()), gap
+    )
+    b = poison_dynamics.sorted_with_tie(np.abs(setting.sd_bc * z[:d]), gap)
     c = np.abs(setting.sd_bc * z[:d])[::-1]
     s = setting.sd_mlp
     params = {
@@ -55,17 +57,19 @@ def correlated_init(setting: poison.DynamicsSetting, seed: int) -> dict[str, tor
 
 
 def run_variant(name: str, max_steps: int) -> list[list]:
-    setting = poison.TABLE1_ROW3
+    setting = poison_dynamics.TABLE1_ROW3
     if name == "pytorch":
         setting = dataclasses.replace(setting, adam_form="torch", adam_eps=1e-8)
-    original = poison.dynamics_init
+    original = poison_dynamics.dynamics_init
     if name == "correlated":
-        poison.dynamics_init = correlated_init
+        poison_dynamics.dynamics_init = correlated_init
     try:
-        runs = poison.train_dynamics(setting, SEEDS, max_steps=max_steps, record_every=1000)
+        runs = poison_dynamics.train_dynamics(
+            setting, SEEDS, max_steps=max_steps, record_every=1000
+        )
     finally:
-        poison.dynamics_init = original
-    errors = poison.relative_test_error(runs).reshape(len(SEEDS), 2)
+        poison_dynamics.dynamics_init = original
+    errors = poison_dynamics.relative_test_error(runs).reshape(len(SEEDS), 2)
     steps = np.array(runs.trajectory.info["converged_step"], dtype=object).reshape(len(SEEDS), 2)
     top = np.sort(np.abs(runs.trajectory.final["a"].numpy()), axis=-1)[:, ::-1]
     rows = []
@@ -73,16 +77,26 @@ def run_variant(name: str, max_steps: int) -> list[list]:
         second = top[2 * i, 1]
         rows.append([name, seed, steps[i, 0], f"{second:.3f}", errors[i, 0], errors[i, 1]])
     fitted = steps[:, 0] != None  # noqa: E711 (element-wise on an object array)
-    rows.append([name, "median", f"{(~fitted).sum()} stalled", "",
-                 np.median(errors[fitted, 0]), np.median(errors[:, 1])])
+    rows.append(
+        [
+            name,
+            "median",
+            f"{(~fitted).sum()} stalled",
+            "",
+            np.median(errors[fitted, 0]),
+            np.median(errors[:, 1]),
+        ]
+    )
     return rows
 
 
 def main() -> int:
     max_steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     print(f"Table 1, row 3; seeds {SEEDS[0]}–{SEEDS[-1]}; at most {max_steps} Adam steps\n")
-    print("| variant | seed | clean fits at step | 2nd largest clean abs(a_j) "
-          "| clean error | poisoned error |")
+    print(
+        "| variant | seed | clean fits at step | 2nd largest clean abs(a_j) "
+        "| clean error | poisoned error |"
+    )
     print("|---|---|---:|---:|---:|---:|")
     for name in ("authors", "pytorch", "correlated"):
         start = time.perf_counter()

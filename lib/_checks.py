@@ -100,3 +100,15 @@ def same_shapes(name_to_tensor: Mapping[str, torch.Tensor]) -> None:
     if len(set(shapes.values())) > 1:
         described = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
         raise ValueError(f"expected equal shapes, got {described}")
+
+
+def as_list(values, name: str) -> list:
+    """A non-empty list/tuple/array of values, else a ValueError naming what came."""
+    if not isinstance(values, (list, tuple, np.ndarray)) or len(values) == 0:
+        raise ValueError(f"{name} must be a non-empty list, got {values!r:.60}")
+    return list(values)
+
+
+def as_seeds(seeds, name: str = "seeds") -> list[int]:
+    """A non-empty list of integer seeds >= 0."""
+    return [as_int(s, "seed", minimum=0) for s in as_list(seeds, name)]

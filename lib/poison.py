@@ -1,7 +1,5 @@
 """Clean-label poisoning of the implicit bias of SSMs (Slutzky, Alexander, Razin & Cohen 2025).
 
-Two groups of tools.
-
 **The Theorem-1 setting** (§3.2, App. E). Teacher of Assumption 1, student with B = 1 and C = 1ᵀ
 fixed (Assumption 2), so only a = diag(A) is trained. The training set is S_1 = {(e_1, 1)}; the
 poisoned one appends the clean example (e_{κ−1}, 1). Closed forms of the two losses and flows
@@ -9,41 +7,25 @@ poisoned one appends the clean example (e_{κ−1}, 1). Closed forms of the two 
 poisoned loss with its Hessian spectrum (Lemmas 8–9), and :func:`theorem1_table`, which runs the
 paper's protocol for Table 1 / Table 3, row 1.
 
-**The dynamics experiments** (§4.1, Figure 2, App. G–H). A student SSM, alone or followed by a
-two-hidden-layer ReLU MLP, with A, B, C (and the MLP) all trained, on "baseline" sequences with
-or without "special" ones; the paper's initialization, optimizers and stopping rule, run for
-several seeds (and special-entry scales) at once.
+The experiments with A, B, C (and an MLP) all trained, Figure 2 and Tables 1/3 rows 2–3, live in
+:mod:`lib.poison_dynamics`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
-from lib.flow import Trajectory, gradient_descent, gradient_flow, log_grid
-from lib.relu_nets import gaussian_weights, relu_network
-from lib.ssm import (
-    SSM,
-    _ssm_output_vjp,
-    baseline_and_special,
-    characterization_coefficients,
-    generalization_error,
-    impulse_response,
-    ones_teacher,
-    square_loss_gradient,
-    ssm_output,
-    theorem1_teacher,
-    unit_impulse,
-)
+from lib._checks import as_int, as_list, as_positive_float, as_seeds, as_tensor
+from lib.flow import Trajectory, gradient_flow, log_grid
+from lib.ssm import SSM, generalization_error, ssm_output, theorem1_teacher, unit_impulse
 
 # --------------------------------------------------------------------------------------------
-# Initialization protocol shared by all experiments
+# The tie of the initialization (shared with lib.poison_dynamics)
 # --------------------------------------------------------------------------------------------
 
 
@@ -56,25 +38,6 @@ def tie_gap(init_scale: float, exponent: float) -> float:
     init_scale = as_positive_float(init_scale, "init_scale")
     exponent = as_positive_float(exponent, "exponent", allow_zero=True)
     return 0.05 * math.exp(-exponent * math.log10(1.0 / init_scale))
-
-
-def _sorted_with_tie(values: np.ndarray, diff: float) -> np.ndarray:
-    """Sort descending, then set the second entry to the first minus ``diff``."""
-    values = np.sort(values)[::-1].copy()
-    if values.size >= 2:
-        values[1] = values[0] - diff
-    return values
-
-
-def _check_list(values, name: str) -> list:
-    """A non-empty list/tuple/array of values, else a ValueError naming what came."""
-    if not isinstance(values, (list, tuple, np.ndarray)) or len(values) == 0:
-        raise ValueError(f"{name} must be a non-empty list, got {values!r:.60}")
-    return list(values)
-
-
-def _check_seeds(seeds) -> list[int]:
-    return [as_int(s, "seed", minimum=0) for s in _check_list(seeds, "seeds")]
 
 
 def _check_diff(diff: float, init_scale: float) -> float:
@@ -385,7 +348,7 @@ def theorem1_table(
     d = as_int(d, "d", minimum=2)
     kappa = _check_kappa(kappa)
     length = as_int(length, "length", minimum=1)
-    seeds = _check_seeds(seeds)
+    seeds = as_seeds(seeds)
     result: dict = {"seeds": seeds, "per_seed": {}, "final": {}, "loss": {}}
     for poisoned, key in ((False, "clean"), (True, "poisoned")):
         finals, losses = [], []
@@ -426,9 +389,9 @@ def poisoning_window(
     """
     d = as_int(d, "d", minimum=2)
     kappa = as_int(kappa, "kappa", minimum=4)
-    seeds = _check_seeds(seeds)
-    init_scales = _check_list(init_scales, "init_scales")
-    relative_gaps = _check_list(relative_gaps, "relative_gaps")
+    seeds = as_seeds(seeds)
+    init_scales = as_list(init_scales, "init_scales")
+    relative_gaps = as_list(relative_gaps, "relative_gaps")
     shape = (len(init_scales), len(relative_gaps), len(seeds))
     errors = {"clean": np.zeros(shape), "poisoned": np.zeros(shape)}
     for i, scale in enumerate(init_scales):
@@ -446,386 +409,3 @@ def poisoning_window(
         "relative_gaps": list(relative_gaps),
         "seeds": list(seeds),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# Dynamics experiments: standalone SSM and SSM + ReLU MLP, A, B, C trained (Figure 2)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DynamicsSetting:
-    """One experimental setting of the paper's App. H.1 (Tables 4–7) or H.2 (Tables 10–13).
-
-    Sequences: ``n_baseline`` N(0, 1) sequences non-zero at ``baseline_positions`` and
-    ``n_special`` at ``special_positions`` (1-indexed). Initialization: |N(0, sd_a)| sorted with
-    a tie gap ``tie_gap(sd_a, tie_exponent)``, B likewise with sd_bc and the same gap,
-    C = |N(0, sd_bc)| unsorted, ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
-    Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
-    ≤ ``stop_loss``, then ``extra_steps`` more. Adam runs in the authors' TensorFlow form by default
-    (``adam_form="keras"``, ``adam_eps=1e-7``: ε added to the uncorrected √v_k, see
-    :func:`lib.flow.gradient_descent`). This matters: on the initial plateau the gradients are far
-    below ε, so Adam moves like gradient descent with rate lr/ε and keeps the slow, greedy
-    escape; with PyTorch's ε = 1e-8 the clean runs leave the plateau two to ten times sooner
-    (measured: 1.7–9.5× on seeds 0–7 of Table 1, row 3) and learn more entries of A (see the
-    poisoning-in-practice chapter).
-    """
-
-    name: str
-    d: int
-    kappa: int
-    n_baseline: int
-    n_special: int
-    baseline_positions: tuple[int, ...]
-    special_positions: tuple[int, ...]
-    sd_a: float
-    sd_bc: float
-    tie_exponent: float
-    optimizer: str
-    lr_clean: float
-    lr_special: float
-    stop_loss: float
-    extra_steps: int
-    hidden: int | None = None
-    sd_mlp: float | None = None
-    warm: float = 0.0
-    adam_eps: float = 1e-7
-    adam_form: str = "keras"
-
-    @property
-    def with_mlp(self) -> bool:
-        return self.hidden is not None
-
-    def teacher_labels(self, x: torch.Tensor) -> torch.Tensor:
-        """y = Σ_l x_l (teacher A* = B* = C* = 1), then (d_h/2)·ReLU(·) with the MLP teacher."""
-        y = ssm_output(*ones_teacher(), x)
-        if self.with_mlp:
-            y = 0.5 * self.hidden * torch.relu(y)
-        return y
-
-
-FIGURE2_SSM = DynamicsSetting(
-    name="standalone SSM (Figure 2, left)",
-    d=10,
-    kappa=6,
-    n_baseline=8,
-    n_special=10,
-    baseline_positions=(1, 2),
-    special_positions=(5, 6),
-    sd_a=1e-2,
-    sd_bc=1e-2,
-    tie_exponent=20.0,
-    optimizer="adaptive",
-    lr_clean=0.01,
-    lr_special=0.01,
-    stop_loss=0.01,
-    extra_steps=5000,
-)
-"""Tables 4–7 of the paper, first rows: d = 10, κ = 6, 8 baseline and 10 special sequences."""
-
-FIGURE2_SSM_MLP = replace(
-    FIGURE2_SSM,
-    name="SSM + two-hidden-layer ReLU MLP (Figure 2, right)",
-    n_baseline=20,
-    n_special=20,
-    tie_exponent=0.5,
-    optimizer="adam",
-    lr_special=0.001,
-    stop_loss=0.05,
-    hidden=15,
-    sd_mlp=0.03,
-)
-"""Tables 4–7, SSM + MLP rows: d = 10, d_h = 15, κ = 6, 20 + 20 sequences, Adam."""
-
-TABLE1_ROW2 = replace(
-    FIGURE2_SSM,
-    name="standalone SSM beyond Theorem 1 (Table 1, row 2)",
-    special_positions=(5,),
-    sd_a=1e-3,
-    sd_bc=1e-3,
-    tie_exponent=5.0,
-    extra_steps=1500,
-    warm=0.1,
-)
-"""Tables 10–13, standalone row: special entries at the penultimate position only, warm init 0.1."""
-
-TABLE3_ROW2 = replace(
-    TABLE1_ROW2,
-    name="standalone SSM beyond Theorem 1, longer sequences (Table 3, row 2)",
-    d=20,
-    kappa=10,
-    baseline_positions=(1, 2, 3, 4, 5, 6, 7),
-    special_positions=(9,),
-    sd_a=1e-2,
-    tie_exponent=3.0,
-    lr_clean=0.001,
-    lr_special=0.001,
-)
-"""Tables 10–13, standalone row at the longer length κ = 10 (d = 20)."""
-
-TABLE1_ROW3 = replace(
-    FIGURE2_SSM_MLP,
-    name="SSM in a non-linear network (Table 1, row 3)",
-    special_positions=(5,),
-    lr_special=0.01,
-    stop_loss=0.01,
-    warm=0.001,
-)
-"""Tables 10–13, SSM + MLP row: d = 10, d_h = 15, κ = 6, 20 + 20 sequences, Adam."""
-
-TABLE3_ROW3 = replace(
-    TABLE1_ROW3,
-    name="SSM in a non-linear network, longer sequences (Table 3, row 3)",
-    d=20,
-    kappa=10,
-    baseline_positions=(1, 2, 3, 4, 5, 6, 7),
-    special_positions=(9,),
-    sd_a=1e-3,
-    sd_bc=1e-3,
-    tie_exponent=2.0,
-    lr_special=5e-5,
-    stop_loss=0.05,
-    hidden=25,
-    sd_mlp=0.1,
-)
-"""Tables 10–13, SSM + MLP row at κ = 10 (d = 20, d_h = 25; Adam 5e-5 with special sequences)."""
-
-
-def impulse_error(runs: DynamicsRuns, *, length: int = 40) -> np.ndarray:
-    """Row 2's metric for every run: max_{k < length} |h_k − 1| (teacher A* = B* = C* = 1, whose
-    largest impulse entry is 1, so this is also the normalized error). Shape ``(R,)``."""
-    length = as_int(length, "length", minimum=1)
-    final = runs.trajectory.final
-    h = impulse_response(final["a"], final["b"], final["c"], length)
-    return (h - 1.0).abs().amax(-1).numpy()
-
-
-def relative_test_error(
-    runs: DynamicsRuns, *, n: int = 2000, length: int = 40, index: int = -1
-) -> np.ndarray:
-    """Row 3's metric for every run: ‖ŷ − y‖ / ‖y‖ on n N(0, 1) test sequences of the given
-    length, drawn with the seed ``seed + 12`` of each run (the authors' convention), for the
-    parameters recorded at position ``index`` of the trajectory (default: the end)."""
-    n = as_int(n, "n", minimum=1)
-    length = as_int(length, "length", minimum=1)
-    if not runs.setting.with_mlp:
-        raise ValueError("relative_test_error is the metric of the SSM + MLP setting")
-    final = runs.trajectory.at(index)
-    errors = []
-    for r, seed in enumerate(runs.seeds):
-        generator = torch.Generator().manual_seed(seed + 12)
-        x = torch.randn(n, length, generator=generator, dtype=DTYPE)
-        params = {k: v[r : r + 1] for k, v in final.items()}
-        prediction = ssm_mlp_output(params, x.unsqueeze(0))[0]
-        y = runs.setting.teacher_labels(x)
-        errors.append(float(torch.linalg.vector_norm(prediction - y) / torch.linalg.vector_norm(y)))
-    return np.array(errors)
-
-
-def dynamics_init(setting: DynamicsSetting, seed: int) -> dict[str, torch.Tensor]:
-    """The paper's initialization (App. H.1.1) from ``numpy.random.RandomState(seed)``.
-
-    a = |N(0, sd_a)| sorted descending with a_2 := a_1 − diff; b likewise with sd_bc; c =
-    |N(0, sd_bc)| unsorted (as in the authors' code); ``warm`` added to a and b; with an MLP,
-    D_in (d_h×1), D_hidden (d_h×d_h), D_out (1×d_h) with N(0, sd_mlp²) entries. The tie gaps of
-    Figure 2 (≈ 2e-19) are below float64 resolution, i.e. exact ties, broken only through c.
-    """
-    seed = as_int(seed, "seed", minimum=0)
-    rng = np.random.RandomState(seed)
-    d = setting.d
-    a = _sorted_with_tie(
-        np.abs(rng.normal(0.0, setting.sd_a, d)), tie_gap(setting.sd_a, setting.tie_exponent)
-    )
-    b = _sorted_with_tie(
-        np.abs(rng.normal(0.0, setting.sd_bc, d)), tie_gap(setting.sd_a, setting.tie_exponent)
-    )
-    c = np.abs(rng.normal(0.0, setting.sd_bc, d))
-    params = {"a": a + setting.warm, "b": b + setting.warm, "c": c}
-    params = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
-    if setting.with_mlp:
-        names = ("d_in", "d_hidden", "d_out")
-        widths = (1, setting.hidden, setting.hidden, 1)
-        params.update(zip(names, gaussian_weights(widths, setting.sd_mlp, rng), strict=True))
-    return params
-
-
-def dynamics_data(
-    setting: DynamicsSetting, seed: int, *, special_scale: float | None = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training set ``(x, y)`` for one seed: baseline sequences, then the special ones times
-    ``special_scale`` (none if it is None), with the teacher's labels.
-
-    The baseline sequences are identical with and without the special ones (they are drawn first),
-    so the special examples are *appended* to the clean training set, as in the paper.
-    """
-    x_base, x_special = baseline_and_special(
-        setting.kappa,
-        setting.n_baseline,
-        setting.n_special,
-        baseline_positions=setting.baseline_positions,
-        special_positions=setting.special_positions,
-        seed=seed,
-    )
-    if special_scale is not None:
-        special_scale = as_positive_float(special_scale, "special_scale", allow_zero=True)
-        x_base = torch.cat([x_base, special_scale * x_special])
-    return x_base, setting.teacher_labels(x_base)
-
-
-def ssm_mlp_output(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """ŷ = D_out σ(D_hidden σ(D_in φ(x))) for per-run data ``x`` of shape ``(R, n, κ)``.
-
-    ``params`` holds a, b, c of shape ``(R, d)`` and D_in, D_hidden, D_out of shapes
-    ``(R, d_h, 1)``, ``(R, d_h, d_h)``, ``(R, 1, d_h)``. Returns ``(R, n)``.
-    """
-    h = impulse_response(params["a"], params["b"], params["c"], x.shape[-1])
-    z = (x * h.flip(-1).unsqueeze(-2)).sum(-1)
-    weights = [params["d_in"], params["d_hidden"], params["d_out"]]
-    return relu_network(weights, z.unsqueeze(-1)).squeeze(-1)
-
-
-def ssm_mlp_loss_gradient(x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor):
-    """ℓ = Σ_i w_i (ŷ_i − y_i)² of :func:`ssm_mlp_output` with its gradient, by hand (no autograd).
-
-    Back-propagation through the two ReLU layers, then the SSM's closed-form pullback: about three
-    times faster than autograd for these tiny networks, whose clean runs need 10⁴–10⁵ Adam steps.
-    Data of shapes ``(R, n, κ)``, ``(R, n)``, ``(R, n)``; returns a ``gradient`` closure for
-    :func:`lib.flow.gradient_descent` with ``runs = R``.
-    """
-
-    def gradient(params):
-        z, ssm_backward = _ssm_output_vjp(params["a"], params["b"], params["c"], x)
-        d_in, d_hidden, d_out = params["d_in"], params["d_hidden"], params["d_out"]
-        pre1 = z.unsqueeze(-1) * d_in.squeeze(-1).unsqueeze(-2)  # (R, n, h)
-        post1 = torch.relu(pre1)
-        pre2 = post1 @ d_hidden.transpose(-1, -2)
-        post2 = torch.relu(pre2)
-        residual = (post2 @ d_out.transpose(-1, -2)).squeeze(-1) - y  # (R, n)
-        cotangent = 2.0 * weights * residual
-        grad_out = cotangent.unsqueeze(-2) @ post2  # (R, 1, h)
-        back2 = (cotangent.unsqueeze(-1) * d_out) * (pre2 > 0)  # (R, n, h)
-        grad_hidden = back2.transpose(-1, -2) @ post1  # (R, h, h)
-        back1 = (back2 @ d_hidden) * (pre1 > 0)
-        grad_in = (back1 * z.unsqueeze(-1)).sum(-2).unsqueeze(-1)  # (R, h, 1)
-        grads = ssm_backward((back1 * d_in.squeeze(-1).unsqueeze(-2)).sum(-1))
-        grads.update(d_in=grad_in, d_hidden=grad_hidden, d_out=grad_out)
-        return (weights * residual**2).sum(-1), grads
-
-    return gradient
-
-
-@dataclass(frozen=True)
-class DynamicsRuns:
-    """Several training runs of one setting, advanced together (one per ``(seed, scale)``).
-
-    ``trajectory`` has parameters of shape ``(T, R, ...)`` and losses ``(T, R)``. ``x``, ``y`` and
-    ``weights`` are the padded per-run training sets ``(R, n, κ)``, ``(R, n)``, ``(R, n)``; run r
-    uses its first ``sizes[r]`` rows. ``scales[r]`` is None for a clean run.
-    """
-
-    setting: DynamicsSetting
-    seeds: list[int]
-    scales: list[float | None]
-    trajectory: Trajectory
-    x: torch.Tensor
-    y: torch.Tensor
-    weights: torch.Tensor
-    sizes: list[int]
-
-    def run(self, r: int) -> tuple[dict[str, np.ndarray], torch.Tensor, torch.Tensor]:
-        """Run r's parameter history ``{name: (T, ...)}`` and its unpadded data ``(x, y)``."""
-        history = {k: v[:, r] for k, v in self.trajectory.params.items()}
-        n = self.sizes[r]
-        return history, self.x[r, :n], self.y[r, :n]
-
-    def index(self, seed: int, scale: float | None) -> int:
-        """The run number of a (seed, special scale) pair."""
-        for r, pair in enumerate(zip(self.seeds, self.scales, strict=True)):
-            if pair == (seed, scale):
-                return r
-        raise ValueError(f"no run with seed {seed} and special scale {scale}")
-
-    def active(self, r: int) -> np.ndarray:
-        """Mask of the recorded iterations up to the end of run r (afterwards it is frozen)."""
-        return self.trajectory.times <= self.trajectory.info["steps_run"][r]
-
-    def gamma0(self, r: int) -> np.ndarray:
-        """γ^{(0)}(t) of Proposition 1 at every recorded iterate of run r (eq. 8).
-
-        For an SSM followed by the MLP the gains g_i of the network enter (eq. 10).
-        """
-        history, x_r, y_r = self.run(r)
-        params = [torch.from_numpy(history[k]) for k in "abc"]
-        if not self.setting.with_mlp:
-            return characterization_coefficients(*params, x_r, y_r)[:, 0].numpy()
-        values = []
-        for t in range(len(self.trajectory)):
-            weights = [torch.from_numpy(history[k][t]) for k in ("d_in", "d_hidden", "d_out")]
-
-            def head(z, weights=weights):
-                return relu_network(weights, z.unsqueeze(-1)).squeeze(-1)
-
-            step = [p[t] for p in params]
-            values.append(characterization_coefficients(*step, x_r, y_r, head=head)[0].item())
-        return np.array(values)
-
-
-def train_dynamics(
-    setting: DynamicsSetting,
-    seeds: Sequence[int],
-    *,
-    special_scales: Sequence[float | None] = (None, 1.0),
-    max_steps: int = 200_000,
-    record_every: int = 100,
-) -> DynamicsRuns:
-    """Train one run per (seed, special scale) pair, all at once, with the paper's protocol.
-
-    ``None`` in ``special_scales`` is the clean run (baseline sequences only); a number s appends
-    the special sequences multiplied by s (s = 1 is the paper's poisoned run). Each run has its own
-    learning rate (``lr_clean`` or ``lr_special``), adaptive step or Adam state and stopping time
-    (loss ≤ ``stop_loss``, then ``extra_steps``), capped at ``max_steps``. Gradients are computed
-    in closed form (:func:`lib.ssm.square_loss_gradient`, :func:`ssm_mlp_loss_gradient`).
-    """
-    seeds = _check_seeds(seeds)
-    special_scales = _check_list(special_scales, "special_scales")
-    pairs = [(seed, scale) for seed in seeds for scale in special_scales]
-    data = [dynamics_data(setting, seed, special_scale=scale) for seed, scale in pairs]
-    sizes = [x.shape[0] for x, _ in data]
-    n = max(sizes)
-    x = torch.zeros(len(pairs), n, setting.kappa, dtype=DTYPE)
-    y = torch.zeros(len(pairs), n, dtype=DTYPE)
-    weights = torch.zeros(len(pairs), n, dtype=DTYPE)
-    for r, ((x_r, y_r), size) in enumerate(zip(data, sizes, strict=True)):
-        x[r, :size], y[r, :size], weights[r, :size] = x_r, y_r, 1.0 / size
-    inits = [dynamics_init(setting, seed) for seed, _ in pairs]
-    params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
-    lrs = [setting.lr_clean if scale is None else setting.lr_special for _, scale in pairs]
-
-    if setting.with_mlp:
-        gradient = ssm_mlp_loss_gradient(x, y, weights)
-    else:
-        gradient = square_loss_gradient(x, y, weights=weights)
-    trajectory = gradient_descent(
-        None,
-        params,
-        lrs,
-        max_steps,
-        record_every=record_every,
-        optimizer=setting.optimizer,
-        stop_loss=setting.stop_loss,
-        extra_steps=setting.extra_steps,
-        adam_eps=setting.adam_eps,
-        adam_form=setting.adam_form,
-        runs=len(pairs),
-        gradient=gradient,
-    )
-    return DynamicsRuns(
-        setting=setting,
-        seeds=[seed for seed, _ in pairs],
-        scales=[scale for _, scale in pairs],
-        trajectory=trajectory,
-        x=x,
-        y=y,
-        weights=weights,
-        sizes=sizes,
-    )

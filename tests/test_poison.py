@@ -11,17 +11,10 @@ from scipy.optimize import brentq
 
 from lib.flow import gradient_descent
 from lib.poison import (
-    FIGURE2_SSM,
-    FIGURE2_SSM_MLP,
-    TABLE1_ROW3,
     conserved_quantity,
-    dynamics_data,
-    dynamics_init,
     escape_time,
     saddle_hessian_eigenvalues,
     saddle_point,
-    ssm_mlp_loss_gradient,
-    ssm_mlp_output,
     theorem1_error,
     theorem1_flow,
     theorem1_init,
@@ -31,6 +24,15 @@ from lib.poison import (
     theorem1_training_set,
     theorem1_velocity,
     tie_gap,
+)
+from lib.poison_dynamics import (
+    FIGURE2_SSM,
+    FIGURE2_SSM_MLP,
+    TABLE1_ROW3,
+    dynamics_data,
+    dynamics_init,
+    ssm_mlp_loss_gradient,
+    ssm_mlp_output,
     train_dynamics,
 )
 from lib.ssm import SSM, square_loss, ssm_output, ssm_recurrence, theorem1_teacher, unit_impulse
@@ -646,7 +648,7 @@ def test_poisoning_window_matches_single_runs():
 
 
 def test_table_settings_follow_the_papers_tables_10_to_13():
-    from lib.poison import TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3
+    from lib.poison_dynamics import TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3
 
     for setting in (TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3):
         # the special entry sits at the penultimate position only (Table 10)
@@ -665,7 +667,7 @@ def test_table_settings_follow_the_papers_tables_10_to_13():
 
 
 def test_row_metrics_against_direct_computation():
-    from lib.poison import TABLE1_ROW2, TABLE1_ROW3, impulse_error, relative_test_error
+    from lib.poison_dynamics import TABLE1_ROW2, TABLE1_ROW3, impulse_error, relative_test_error
 
     runs = train_dynamics(TABLE1_ROW2, [0], max_steps=20)
     final = runs.trajectory.final
