@@ -6,6 +6,7 @@
 #   make student   the student version of every chapter in _build/student (solutions stripped)
 #   make lint      ruff over the Python code
 #   make bench     time the library and the chapters
+#   make reproduce recompute the committed long-run results book/results/*.json (CHAPTERS=... for some)
 #   make clean     remove build outputs (keeps .venv)
 #   make lock      regenerate requirements-lock.txt from the ranges in pyproject.toml
 
@@ -21,7 +22,7 @@ NBTEST := .nbtest
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: help venv setup test book student lint bench clean lock
+.PHONY: help venv setup vendor test book student lint bench reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -49,7 +50,25 @@ test: $(STAMP)
 	  echo "no chapters with code listed in _toc.yml"; \
 	fi
 
-book: $(STAMP)
+# MathJax 3 from a pinned npm package, unpacked into the git-ignored .vendor/ and copied into the
+# book's _static/ by Sphinx (html_static_path and mathjax_path in _config.yml): math is typeset
+# without a network. The tarball's checksum is checked, so every build serves the same files.
+MATHJAX_VERSION := 3.2.2
+MATHJAX_SHA256 := 1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
+MATHJAX := .vendor/mathjax/.version-$(MATHJAX_VERSION)
+vendor: $(MATHJAX)
+$(MATHJAX):
+	@command -v npm > /dev/null || { echo "make: npm is needed to fetch MathJax $(MATHJAX_VERSION): apt-get install -y npm"; exit 1; }
+	rm -rf .vendor/mathjax .vendor/tmp
+	mkdir -p .vendor/tmp
+	cd .vendor/tmp && npm pack --silent mathjax@$(MATHJAX_VERSION) > /dev/null
+	echo "$(MATHJAX_SHA256)  .vendor/tmp/mathjax-$(MATHJAX_VERSION).tgz" | sha256sum --check --quiet
+	tar -xzf .vendor/tmp/mathjax-$(MATHJAX_VERSION).tgz -C .vendor/tmp
+	mv .vendor/tmp/package/es5 .vendor/mathjax
+	rm -rf .vendor/tmp
+	touch $@
+
+book: $(STAMP) $(MATHJAX)
 	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
 	@echo "The book is in _build/html/index.html"
 
@@ -61,6 +80,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(RUN) $(BIN)/python benchmarks/run.py
+
+reproduce: $(STAMP)
+	$(RUN) $(BIN)/python benchmarks/reproduce.py $(CHAPTERS)
 
 clean:
 	rm -rf _build $(NBTEST) .pytest_cache .ruff_cache .benchmarks .lockvenv *.egg-info

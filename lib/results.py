@@ -1,0 +1,115 @@
+"""Committed results of the long runs: ``book/results/<chapter>.json``.
+
+Some numbers a chapter quotes need ``BOOK_SCALE=full`` or minutes of computation, more than a
+chapter's one-minute budget. ``benchmarks/reproduce.py`` (``make reproduce``) computes them and
+writes one JSON file per chapter with :func:`save_results`: the numbers, the settings and seeds
+that produced them, the library versions, the date and the command. The chapter reads the file
+with :func:`load_results`, glues the numbers into its text and says where they came from, so no
+number is typed by hand and a re-run updates the text.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "book" / "results"
+_CHAPTER = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_PACKAGES = ("numpy", "scipy", "torch")
+
+
+def _check_chapter(chapter) -> str:
+    if not isinstance(chapter, str) or not _CHAPTER.match(chapter):
+        raise ValueError(
+            f"chapter must be a chapter file name such as 'poisoning-in-practice' (lower case, "
+            f"digits and hyphens), got {chapter!r}"
+        )
+    return chapter
+
+
+def results_path(chapter: str) -> Path:
+    """The file that holds a chapter's committed results."""
+    return RESULTS_DIR / f"{_check_chapter(chapter)}.json"
+
+
+def _plain(value):
+    """JSON-ready copy: numpy / torch numbers and arrays become Python numbers and lists."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return _plain(value.detach().cpu().numpy())
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"results must be finite numbers, got {value}")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(
+        f"results must be numbers, strings, lists or dicts, got {type(value).__name__}"
+    )
+
+
+def environment() -> dict[str, str]:
+    """Python and library versions, for the record."""
+    versions = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:  # pragma: no cover - all are dependencies
+            versions[name] = "not installed"
+    return versions
+
+
+def save_results(
+    chapter: str, *, results: dict, settings: dict, seeds, command: str, seconds: float
+) -> Path:
+    """Write ``book/results/<chapter>.json`` and return its path.
+
+    ``results`` holds the numbers the chapter quotes, ``settings`` and ``seeds`` what produced
+    them, ``command`` how to produce them again, ``seconds`` how long it took; the library
+    versions and the date (UTC) are added.
+    """
+    if not isinstance(results, dict) or not isinstance(settings, dict):
+        raise ValueError("results and settings must be dicts")
+    if not isinstance(command, str) or not command:
+        raise ValueError(f"command must be a non-empty string, got {command!r}")
+    record = {
+        "chapter": _check_chapter(chapter),
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": round(float(seconds), 1),
+        "environment": environment(),
+        "settings": _plain(settings),
+        "seeds": _plain(seeds),
+        "results": _plain(results),
+    }
+    path = results_path(chapter)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
+    return path
+
+
+def load_results(chapter: str) -> dict:
+    """The record written by :func:`save_results` for ``chapter``.
+
+    Raises a ``ValueError`` that names the command to run when the file does not exist.
+    """
+    path = results_path(chapter)
+    if not path.exists():
+        raise ValueError(
+            f"no committed results for chapter {chapter!r} at {path}; "
+            f"run `make reproduce CHAPTERS={chapter}` to compute them"
+        )
+    return json.loads(path.read_text())

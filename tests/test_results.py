@@ -1,0 +1,50 @@
+"""lib.results: committed result files of the long runs (written by benchmarks/reproduce.py)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lib import results
+
+
+@pytest.fixture
+def tmp_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_round_trip_records_settings_versions_and_plain_numbers(tmp_results):
+    path = results.save_results(
+        "some-chapter",
+        results={"median": np.float64(0.5), "errors": np.array([1.0, 2.0]), "t": torch.ones(2)},
+        settings={"d": 10},
+        seeds=[0, 1, 2],
+        command="python benchmarks/reproduce.py some-chapter",
+        seconds=1.25,
+    )
+    assert path == tmp_results / "some-chapter.json"
+    record = results.load_results("some-chapter")
+    assert record == json.loads(path.read_text())
+    assert record["results"] == {"median": 0.5, "errors": [1.0, 2.0], "t": [1.0, 1.0]}
+    assert record["seeds"] == [0, 1, 2] and record["settings"] == {"d": 10}
+    assert {"python", "numpy", "scipy", "torch"} <= set(record["environment"])
+    assert record["date"].endswith("UTC") and record["seconds"] == 1.2
+
+
+@pytest.mark.parametrize("chapter", ["", "Bad Name", "../x", 3, "a_b"])
+def test_bad_chapter_names_are_rejected(chapter, tmp_results):
+    with pytest.raises(ValueError, match="chapter"):
+        results.results_path(chapter)
+
+
+def test_missing_file_names_the_command(tmp_results):
+    with pytest.raises(ValueError, match="make reproduce"):
+        results.load_results("nothing-here")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), object(), {"x": float("inf")}])
+def test_non_numbers_and_non_finite_values_are_rejected(bad, tmp_results):
+    with pytest.raises(ValueError):
+        results.save_results("c", results={"x": bad}, settings={}, seeds=[], command="x", seconds=0)
