@@ -1,0 +1,804 @@
+"""Linear tensor networks and where gradient flow takes them (Yun, Krishnan & Mobahi 2021).
+
+A linear tensor network computes f(x; Θ) = M(x) ∘ (v_1, …, v_L) (the paper's eq. (6)): an order-L
+data tensor M(x), linear in x, contracted with one parameter vector per layer, so that
+f(x) = xᵀβ(Θ) with β_i = M(e_i) ∘ (v_1, …, v_L). Three architectures are special cases:
+
+* ``"diagonal"`` (eq. (11)): f(x) = ⟨x, w_1 ⊙ … ⊙ w_L⟩, M(x)_{j…j} = x_j;
+* ``"conv"`` (eq. (12), full length, k_l = d): circular cross-correlations
+  f(x) = ((x ⋆ w_1) ⋆ … ⋆ w_{L−1})ᵀ w_L, M(x)_{j_1…j_L} = x_{(j_1 + … + j_L) mod d} (0-based);
+* ``"fc"`` (eq. (10)): f(x) = xᵀ W_1 ⋯ W_{L−1} w_L, for L = 2 M(x) = I ⊗ x with v_1 = vec(W_1)
+  in column-major order.
+
+This module holds
+
+* the models as parameter dicts for :mod:`lib.flow` (``"w1"``, …, ``"wL"``; ``"v1"``, ``"v2"`` for
+  the two-layer tensor form) and their squared and exponential losses (sums over examples, §2.1);
+* the special functions of Lemma 5.1 — h_L, its inverse, H_L(t) = ∫_0^t h_L^{−1} and
+  Φ_L(t) = ∫_0^t h_L — in closed form (L = 2, 3, 4) and through the regularized incomplete beta
+  function (every L ≥ 3);
+* the limits gradient flow reaches: Theorem 4 / Corollary 5 (:func:`diagonal_net_limit`),
+  Corollary 6 with and without the factor d^{−(L−1)/2} (:func:`conv_net_limit`), Theorem 5
+  (:func:`two_layer_limit` and the curve ν ↦ β(ν) every iterate lies on), and the minimum-norm
+  and max-margin reference solutions the limits approach (linear programs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import brentq, linprog, minimize
+from scipy.special import beta as beta_function
+from scipy.special import betainc, betaincinv
+
+from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
+
+ARCHITECTURES = ("fc", "diagonal", "conv")
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _array(value, name: str, ndim: int) -> np.ndarray:
+    """A finite float64 numpy array with ``ndim`` dimensions (lists, numpy or float64 torch)."""
+    return as_tensor(value, name, ndim=ndim).numpy().astype(np.float64, copy=True)
+
+
+def _depth(depth) -> int:
+    return as_int(depth, "depth", minimum=2)
+
+
+def _regression_data(X, y) -> tuple[np.ndarray, np.ndarray]:
+    """X (n × d) of full row rank with n ≤ d, y (n,)."""
+    X = _array(X, "X", 2)
+    y = _array(y, "y", 1)
+    n, d = X.shape
+    if y.shape != (n,):
+        raise ValueError(f"y must have shape ({n},) to match X of shape {X.shape}, got {y.shape}")
+    if n > d:
+        raise ValueError(f"the regression must be underdetermined (n <= d), got n = {n} > d = {d}")
+    if np.linalg.matrix_rank(X) < n:
+        raise ValueError("X must have full row rank (linearly independent examples)")
+    return X, y
+
+
+def _architecture(architecture) -> str:
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {architecture!r}")
+    return architecture
+
+
+# ---------------------------------------------------------------------------------------------
+# Lemma 5.1: h_L, its inverse, H_L and Φ_L
+# ---------------------------------------------------------------------------------------------
+
+
+def pole(depth: int) -> float:
+    """c_L, the end of the interval (−c_L, c_L) on which h_L lives (Lemma 5.1).
+
+    c_2 = ∞ and c_L = ∫_0^{π/2} cos^{L−3} = ½ B(½, (L−2)/2) for L ≥ 3 (c_3 = π/2, c_4 = 1)."""
+    depth = _depth(depth)
+    return math.inf if depth == 2 else 0.5 * float(beta_function(0.5, (depth - 2) / 2))
+
+
+def _sin2_of_time(t: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """s = sin²θ and 1 − s for the angle θ with T_L(tan θ) = |t| (L ≥ 5), both accurate."""
+    a, b = 0.5, (depth - 2) / 2
+    fraction = np.abs(t) / pole(depth)
+    s = betaincinv(a, b, fraction)
+    one_minus = betaincinv(b, a, 1.0 - fraction)  # I_x(a, b) = 1 − I_{1−x}(b, a)
+    near_pole = fraction > 0.5
+    s = np.where(near_pole, 1.0 - one_minus, s)
+    one_minus = np.where(near_pole, one_minus, 1.0 - s)
+    return s, one_minus
+
+
+def _time_domain(t, depth: int) -> np.ndarray:
+    t = np.asarray(t, dtype=np.float64)
+    if not np.all(np.isfinite(t)):
+        raise ValueError("t must be finite")
+    if depth >= 3 and np.any(np.abs(t) >= pole(depth)):
+        raise ValueError(f"h_L with L = {depth} needs |t| < c_L = {pole(depth):.6g} (its pole)")
+    return t
+
+
+def h_L(t, depth: int) -> np.ndarray:
+    """h_L(t) = p_L(t)^{L−1} q_L(t) of Lemma 5.1, where ṗ = p^{L−2} q, q̇ = p^{L−1}, p(0)=1, q(0)=0.
+
+    With p = sec θ, q = tan θ (p² − q² = 1 is conserved): h_L = sec^{L−1}θ tan θ, where
+    t = ∫_0^θ cos^{L−3}. Closed forms h_2(t) = sinh(2t)/2, h_3(t) = tan t / cos² t,
+    h_4(t) = t/(1 − t²)²; for L ≥ 5, sin²θ = I^{−1}(½, (L−2)/2; |t|/c_L) (regularized incomplete
+    beta) and h_L = sign(t) sin θ / cos^L θ. Defined for |t| < c_L.
+    """
+    depth = _depth(depth)
+    t = _time_domain(t, depth)
+    if depth == 2:
+        return np.sinh(2 * t) / 2
+    if depth == 3:
+        return np.tan(t) / np.cos(t) ** 2
+    if depth == 4:
+        return t / (1 - t * t) ** 2
+    s, one_minus = _sin2_of_time(t, depth)
+    return np.sign(t) * np.sqrt(s) * one_minus ** (-depth / 2)
+
+
+def h_L_derivative(t, depth: int) -> np.ndarray:
+    """h_L'(t) = (L−1) p^{2L−4} q² + p^{2L−2} = ((L−1) sin²θ + 1) / cos^{2L−2}θ (Newton steps)."""
+    depth = _depth(depth)
+    t = _time_domain(t, depth)
+    if depth == 2:
+        return np.cosh(2 * t)
+    if depth == 3:
+        c2 = np.cos(t) ** 2
+        return (2 * (1 - c2) + 1) / c2**2
+    s, one_minus = _sin2_of_time(t, depth)
+    return ((depth - 1) * s + 1) * one_minus ** (1 - depth)
+
+
+def _w_of(y: np.ndarray, depth: int) -> np.ndarray:
+    """w ≥ 0 with w (1 + w²)^{(L−1)/2} = |y| (so that h_L(T_L(w)) = |y|), by Newton in u = log w.
+
+    F(u) = u + (L−1)/2 · log(1 + e^{2u}) − log|y| is increasing and convex, and Newton from
+    u_0 = log|y| (where F ≥ 0) decreases monotonically to the root."""
+    a = np.abs(y)
+    out = np.zeros_like(a)
+    pos = a > 0
+    if not pos.any():
+        return out
+    target = np.log(a[pos])
+    u = target.copy()
+    for _ in range(200):
+        e = np.exp(np.minimum(2 * u, 700.0))
+        F = u + 0.5 * (depth - 1) * np.log1p(e) - target
+        dF = 1 + (depth - 1) * e / (1 + e)
+        step = F / dF
+        u = u - step
+        if np.all(np.abs(step) <= 1e-15 * np.maximum(1.0, np.abs(u))):
+            break
+    out[pos] = np.exp(u)
+    return out
+
+
+def _T_of(w: np.ndarray, depth: int) -> np.ndarray:
+    """T_L(w) = ∫_0^{arctan w} cos^{L−3} (so h_L^{−1}(y) = sign(y) T_L(w(y)))."""
+    if depth == 2:
+        return np.arcsinh(w)
+    if depth == 3:
+        return np.arctan(w)
+    if depth == 4:
+        return w / np.sqrt(1 + w * w)
+    a, b = 0.5, (depth - 2) / 2
+    c = pole(depth)
+    small = c * betainc(a, b, w * w / (1 + w * w))
+    large = c * (1 - betainc(b, a, 1 / (1 + w * w)))  # accurate when w²/(1+w²) is close to 1
+    return np.where(w < 1, small, large)
+
+
+def h_L_inverse(y, depth: int) -> np.ndarray:
+    """h_L^{−1}(y) = sign(y) T_L(w), w (1 + w²)^{(L−1)/2} = |y| (h_2^{−1}(y) = asinh(2y)/2)."""
+    depth = _depth(depth)
+    y = np.asarray(y, dtype=np.float64)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite")
+    if depth == 2:
+        return np.arcsinh(2 * y) / 2
+    return np.sign(y) * _T_of(_w_of(y, depth), depth)
+
+
+def H_L(y, depth: int) -> np.ndarray:
+    """H_L(y) = ∫_0^y h_L^{−1}(τ) dτ (Theorem 4) = |y| T_L(w) − w²/2, w (1 + w²)^{(L−1)/2} = |y|.
+
+    Integration by parts with ∫_0^T h_L = q_L(T)²/2 = w²/2. For L = 2:
+    H_2(y) = (y/2) asinh(2y) − (√(1 + 4y²) − 1)/4. H_L(y) ≈ y²/2 near 0 and grows like
+    c_L |y| (L ≥ 3) or (|y|/2) log|y| (L = 2) for large |y| (Remark 4)."""
+    depth = _depth(depth)
+    y = np.asarray(y, dtype=np.float64)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite")
+    if depth == 2:
+        return y / 2 * np.arcsinh(2 * y) - (np.sqrt(1 + 4 * y * y) - 1) / 4
+    w = _w_of(y, depth)
+    return np.abs(y) * _T_of(w, depth) - w * w / 2
+
+
+def Phi_L(t, depth: int) -> np.ndarray:
+    """Φ_L(t) = ∫_0^t h_L = q_L(t)²/2, the convex conjugate of H_L (Φ_2(t) = sinh²t/2)."""
+    depth = _depth(depth)
+    t = _time_domain(t, depth)
+    if depth == 2:
+        return np.sinh(t) ** 2 / 2
+    if depth == 3:
+        return np.tan(t) ** 2 / 2
+    if depth == 4:
+        return t * t / (1 - t * t) / 2
+    s, one_minus = _sin2_of_time(t, depth)
+    return s / one_minus / 2
+
+
+def Q_objective(rho, *, alpha: float, depth: int, eta_bar) -> float:
+    """Q_{L,α,η̄}(ρ) = α² Σ_j η̄_j² H_L(ρ_j / (α^L |η̄_j|^L)) (Theorem 4)."""
+    alpha = as_positive_float(alpha, "alpha")
+    rho = np.asarray(rho, dtype=np.float64)
+    eta = np.abs(np.asarray(eta_bar, dtype=np.float64))
+    return float(alpha**2 * np.sum(eta**2 * H_L(rho / (alpha * eta) ** depth, depth)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Theorem 4 / Corollary 5: diagonal networks (and Corollary 6: full-length conv, even data)
+# ---------------------------------------------------------------------------------------------
+
+
+def _weights(w_bar, d: int, name: str) -> np.ndarray:
+    w = _array(w_bar, name, 1)
+    if w.shape != (d,):
+        raise ValueError(f"{name} must have shape ({d},), got {w.shape}")
+    if np.any(w == 0):
+        raise ValueError(
+            f"{name} must have no zero entry: Theorem 4 needs η̄_j² ≥ λ > 0 for every j "
+            "(a coordinate that starts at zero in every layer never moves)"
+        )
+    return w
+
+
+def _rho_of_nu(Z: np.ndarray, nu: np.ndarray, scale: np.ndarray, alpha, depth):
+    """ρ(ν) = α^L|η̄|^L ⊙ h_L(α^{L−2}|η̄|^{L−2} ⊙ Zᵀν), the closed-form trajectory of Theorem 4."""
+    argument = alpha ** (depth - 2) * scale ** (depth - 2) * (Z.T @ nu)
+    return (alpha * scale) ** depth * h_L(argument, depth), argument
+
+
+def dual_root(Z, y, *, alpha: float, depth: int, eta_bar, tol: float = 1e-14) -> np.ndarray:
+    """ν* ∈ Rⁿ with Z ρ(ν*) = y, maximizing the smooth concave dual of Theorem 4:
+
+        D(ν) = yᵀν − Σ_j α² η̄_j² Φ_L(α^{L−2}|η̄_j|^{L−2} [Zᵀν]_j),   ∇D(ν) = y − Z ρ(ν),
+
+    where Z = X Sᵀ are the transformed inputs (Z = X for diagonal networks). Damped Newton with a
+    backtracking line search that stays inside the domain |α^{L−2}|η̄_j|^{L−2}[Zᵀν]_j| < c_L."""
+    alpha = as_positive_float(alpha, "alpha")
+    depth = _depth(depth)
+    scale = np.abs(np.asarray(eta_bar, dtype=np.float64))
+    inner = (alpha * scale) ** (depth - 2)
+    c = pole(depth)
+
+    def dual(nu):
+        argument = inner * (Z.T @ nu)
+        if np.any(np.abs(argument) >= c):
+            return -np.inf
+        with np.errstate(over="ignore"):  # an overflowing trial step is rejected (value −inf)
+            return float(y @ nu - np.sum(alpha**2 * scale**2 * Phi_L(argument, depth)))
+
+    nu = np.zeros(Z.shape[0])
+    y_scale = max(1.0, float(np.abs(y).max()))
+    for _ in range(2000):
+        rho, argument = _rho_of_nu(Z, nu, scale, alpha, depth)
+        gradient = y - Z @ rho
+        if np.abs(gradient).max() <= tol * y_scale:
+            return nu
+        curvature = alpha**2 * scale**2 * inner**2 * h_L_derivative(argument, depth)
+        hessian = (Z * curvature) @ Z.T
+        step = np.linalg.solve(hessian, gradient)
+        current, t = dual(nu), 1.0
+        while t > 1e-300:  # tiny α: the first Newton steps overshoot by many orders
+            candidate = nu + t * step
+            if dual(candidate) >= current + 1e-4 * t * (gradient @ step) - 1e-15 * abs(current):
+                break
+            t /= 2
+        nu = nu + t * step
+    rho, _ = _rho_of_nu(Z, nu, scale, alpha, depth)
+    residual = np.abs(y - Z @ rho).max()
+    if residual > 1e-9 * y_scale:
+        raise RuntimeError(f"dual_root: Newton did not converge (residual {residual:.2e})")
+    return nu
+
+
+def diagonal_net_limit(X, y, *, alpha: float, depth: int, w_bar) -> np.ndarray:
+    """β^∞ of gradient flow on the depth-L diagonal network (Theorem 4 / Corollary 5).
+
+    The network f(x) = ⟨x, w_1 ⊙ … ⊙ w_L⟩ starts at w_l(0) = α w̄ (l < L), w_L(0) = 0 and is
+    trained by gradient flow on ½ Σ_i (f(x_i) − y_i)². Its coefficients follow, for all t,
+
+        β(t) = α^L |w̄|^L ⊙ h_L(α^{L−2} |w̄|^{L−2} ⊙ Xᵀν(t)),   ν(t) = −∫_0^t r,
+
+    and converge to β^∞ = argmin_z Q_{L,α,w̄}(z) s.t. Xz = y, obtained here with ν(∞) = ν* from
+    :func:`dual_root`. X is n × d with full row rank and n ≤ d, y has shape (n,), w̄ has no zero
+    entry. Returns a float64 array of shape (d,)."""
+    X, y = _regression_data(X, y)
+    alpha = as_positive_float(alpha, "alpha")
+    depth = _depth(depth)
+    w = _weights(w_bar, X.shape[1], "w_bar")
+    nu = dual_root(X, y, alpha=alpha, depth=depth, eta_bar=w)
+    return _rho_of_nu(X, nu, np.abs(w), alpha, depth)[0]
+
+
+def diagonal_net_path(X, nu, *, alpha: float, depth: int, w_bar) -> np.ndarray:
+    """β(ν) = α^L|w̄|^L ⊙ h_L(α^{L−2}|w̄|^{L−2} ⊙ Xᵀν) for ν of shape (n,) or (T, n)."""
+    X = _array(X, "X", 2)
+    alpha = as_positive_float(alpha, "alpha")
+    depth = _depth(depth)
+    w = np.abs(_weights(w_bar, X.shape[1], "w_bar"))
+    nu = np.asarray(nu, dtype=np.float64)
+    if nu.shape[-1] != X.shape[0]:
+        raise ValueError(f"nu must end in an axis of length n = {X.shape[0]}, got {nu.shape}")
+    argument = (alpha * w) ** (depth - 2) * (nu @ X)
+    return (alpha * w) ** depth * h_L(argument, depth)
+
+
+def dft_matrix(d: int) -> np.ndarray:
+    """C = Re(F), the real part of the unitary DFT F_{jk} = d^{−1/2} e^{−2πi jk/d} (0-based).
+
+    On even vectors (x_{j} = x_{d−j}, 0-based) F x = C x is real, which is what Corollary 6 uses."""
+    d = as_int(d, "d", minimum=1)
+    j = np.arange(d)
+    return np.cos(2 * np.pi * np.outer(j, j) / d) / np.sqrt(d)
+
+
+def _is_even(v: np.ndarray) -> bool:
+    return bool(np.allclose(v, np.roll(v[..., ::-1], 1, axis=-1), rtol=0, atol=1e-12))
+
+
+def conv_net_limit(X, y, *, alpha: float, depth: int, w_bar, corrected: bool = True) -> np.ndarray:
+    """β^∞ of gradient flow on the full-length convolutional network, even data (Corollary 6).
+
+    With S = d^{(L−1)/2} F (Theorem 4) and even x_i, w̄, the limit is
+    argmin_{z even} Q_{L,α,Fw̄}(d^{−(L−1)/2} F z) s.t. Xz = y. The corollary as printed omits the
+    factor d^{−(L−1)/2}, i.e. takes S = F; ``corrected=False`` computes that printed form, which
+    does *not* match gradient flow for d ≥ 2 (Q is not homogeneous). Data and w̄ must be even
+    (x_j = x_{d−j}, 0-based; every vector is even when d ≤ 2) and F w̄ must have no zero entry."""
+    X, y = _regression_data(X, y)
+    alpha = as_positive_float(alpha, "alpha")
+    depth = _depth(depth)
+    if not isinstance(corrected, bool):
+        raise ValueError(f"corrected must be a bool, got {corrected!r}")
+    d = X.shape[1]
+    w = _array(w_bar, "w_bar", 1)
+    if w.shape != (d,):
+        raise ValueError(f"w_bar must have shape ({d},), got {w.shape}")
+    if not (_is_even(X) and _is_even(w)):
+        raise ValueError("Corollary 6 needs even data and w_bar: x_j = x_{d-j} (0-based)")
+    C = dft_matrix(d)
+    eta_bar = _weights(C @ w, d, "F w_bar")
+    S = C * (d ** ((depth - 1) / 2) if corrected else 1.0)
+    Z = X @ S.T
+    if np.linalg.matrix_rank(Z) < X.shape[0]:
+        raise ValueError("the transformed inputs X Sᵀ must have full row rank")
+    nu = dual_root(Z, y, alpha=alpha, depth=depth, eta_bar=eta_bar)
+    rho = _rho_of_nu(Z, nu, np.abs(eta_bar), alpha, depth)[0]
+    return S.T @ rho
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference solutions: minimum-norm interpolants and max-margin directions (linear programs)
+# ---------------------------------------------------------------------------------------------
+
+
+def min_l1_solution(X, y, *, transform=None, weights=None, margin: bool = False) -> np.ndarray:
+    """argmin_z Σ_j c_j |[T z]_j| s.t. Xz = y (or y_i x_iᵀz ≥ 1 with ``margin=True``), by an LP.
+
+    ``transform`` T (d × d, invertible; default I) gives e.g. the DFT-ℓ1 norm ‖Fz‖_1 of
+    Corollary 3, ``weights`` c > 0 the weighted ℓ1 norms of Remark 4. The LP is over ρ = Tz split
+    as ρ = u − v with u, v ≥ 0 (scipy.optimize.linprog, HiGHS)."""
+    X = _array(X, "X", 2)
+    y = _array(y, "y", 1)
+    n, d = X.shape
+    if y.shape != (n,):
+        raise ValueError(f"y must have shape ({n},), got {y.shape}")
+    if not isinstance(margin, bool):
+        raise ValueError(f"margin must be a bool, got {margin!r}")
+    T = np.eye(d) if transform is None else _array(transform, "transform", 2)
+    if T.shape != (d, d) or np.linalg.matrix_rank(T) < d:
+        raise ValueError(f"transform must be an invertible ({d}, {d}) matrix")
+    c = np.ones(d) if weights is None else _array(weights, "weights", 1)
+    if c.shape != (d,) or np.any(c <= 0):
+        raise ValueError(f"weights must be {d} positive numbers")
+    A = X @ np.linalg.inv(T)
+    cost = np.concatenate([c, c])
+    if margin:
+        signed = -(y[:, None] * A)
+        result = linprog(
+            cost, A_ub=np.hstack([signed, -signed]), b_ub=-np.ones(n), bounds=(0, None)
+        )
+    else:
+        result = linprog(cost, A_eq=np.hstack([A, -A]), b_eq=y, bounds=(0, None))
+    if not result.success:
+        raise ValueError(f"the linear program has no solution ({result.message})")
+    rho = result.x[:d] - result.x[d:]
+    return np.linalg.solve(T, rho)
+
+
+def min_l2_solution(X, y, *, weights=None) -> np.ndarray:
+    """argmin_z Σ_j z_j² / c_j s.t. Xz = y, i.e. D Xᵀ(X D Xᵀ)^{−1} y with D = diag(c)."""
+    X, y = _regression_data(X, y)
+    c = np.ones(X.shape[1]) if weights is None else _array(weights, "weights", 1)
+    if c.shape != (X.shape[1],) or np.any(c <= 0):
+        raise ValueError(f"weights must be {X.shape[1]} positive numbers")
+    XD = X * c
+    return XD.T @ np.linalg.solve(XD @ X.T, y)
+
+
+def max_margin_l2(X, y) -> np.ndarray:
+    """argmin ‖z‖² s.t. y_i x_iᵀz ≥ 1 (the FC limit direction, Corollary 1), by SLSQP."""
+    X = _array(X, "X", 2)
+    y = _array(y, "y", 1)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    signed = y[:, None] * X
+    start = min_l1_solution(X, y, margin=True)
+    result = minimize(
+        lambda z: z @ z,
+        start,
+        jac=lambda z: 2 * z,
+        constraints=[{"type": "ineq", "fun": lambda z: signed @ z - 1, "jac": lambda z: signed}],
+        method="SLSQP",
+        options={"ftol": 1e-15, "maxiter": 500},
+    )
+    if not result.success:
+        raise ValueError(f"the max-margin problem has no solution ({result.message})")
+    return result.x
+
+
+# ---------------------------------------------------------------------------------------------
+# Two-layer tensor networks (L = 2) and Theorem 5
+# ---------------------------------------------------------------------------------------------
+
+
+def basis_tensors(architecture: str, d: int, *, hidden: int | None = None) -> np.ndarray:
+    """𝕄[i] = M(e_i) for a two-layer network, shape (d, k_1, k_2), so M(x) = Σ_i x_i 𝕄[i].
+
+    ``"diagonal"``: M(x) = diag(x); ``"conv"``: M(x)_{ab} = x_{(a+b) mod d} (k_1 = k_2 = d);
+    ``"fc"``: M(x) = I_{hidden} ⊗ x, k_1 = d·hidden, k_2 = hidden (v_1 = vec(W_1), column-major)."""
+    architecture = _architecture(architecture)
+    d = as_int(d, "d", minimum=1)
+    if architecture == "fc":
+        k = as_int(d if hidden is None else hidden, "hidden", minimum=1)
+        out = np.zeros((d, d * k, k))
+        for j in range(k):
+            out[np.arange(d), j * d + np.arange(d), j] = 1.0
+        return out
+    if hidden is not None:
+        raise ValueError(f"hidden is the width of an fc network; {architecture!r} takes none")
+    out = np.zeros((d, d, d))
+    a, b = np.meshgrid(np.arange(d), np.arange(d), indexing="ij")
+    if architecture == "diagonal":
+        out[np.arange(d), np.arange(d), np.arange(d)] = 1.0
+    else:
+        out[(a + b) % d, a, b] = 1.0
+    return out
+
+
+def _basis_torch(architecture, d, hidden):
+    return torch.from_numpy(basis_tensors(architecture, d, hidden=hidden))
+
+
+def tensor_coefficients(architecture: str, v1, v2) -> torch.Tensor:
+    """β_i = v_1ᵀ M(e_i) v_2 of a two-layer tensor network; leading run axes are kept."""
+    architecture = _architecture(architecture)
+    v1 = as_tensor(v1, "v1", min_ndim=1)
+    v2 = as_tensor(v2, "v2", min_ndim=1)
+    k2 = v2.shape[-1]
+    if architecture == "fc":
+        if v1.shape[-1] % k2:
+            raise ValueError(f"fc: len(v1) must be d × len(v2), got {v1.shape[-1]} and {k2}")
+        d = v1.shape[-1] // k2
+        basis = _basis_torch(architecture, d, k2)
+    else:
+        d = v1.shape[-1]
+        if k2 != d:
+            raise ValueError(f"{architecture}: v1 and v2 must both have length d, got {d}, {k2}")
+        basis = _basis_torch(architecture, d, None)
+    return torch.einsum("iab,...a,...b->...i", basis, v1, v2)
+
+
+def two_layer_loss(architecture: str, X, y, *, loss: str = "square"):
+    """Closure ``params -> loss`` for the two-layer tensor network with params {"v1", "v2"}.
+
+    ``"square"``: ½ Σ_i (f(x_i) − y_i)²; ``"exp"``: Σ_i exp(−y_i f(x_i)) (§2.1; sums, not means).
+    With a leading run axis on the parameters the closure returns one loss per run."""
+    X = as_tensor(X, "X", ndim=2)
+    y = as_tensor(y, "y", ndim=1)
+    architecture = _architecture(architecture)
+    if loss not in ("square", "exp"):
+        raise ValueError(f"loss must be 'square' or 'exp', got {loss!r}")
+
+    def closure(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        f = tensor_coefficients(architecture, params["v1"], params["v2"]) @ X.T
+        if loss == "square":
+            return 0.5 * ((f - y) ** 2).sum(-1)
+        return torch.exp(-y * f).sum(-1)
+
+    return closure
+
+
+def two_layer_gradient(architecture: str, X, y, *, loss: str = "square", total: bool = False):
+    """Closed-form ``params -> (loss, {"v1": ∇_{v1}, "v2": ∇_{v2}})`` for :func:`lib.flow` (the
+    same loss as :func:`two_layer_loss`, several times faster than autograd on these tiny nets).
+
+    With residuals r_i = ℓ'(f(x_i), y_i) (eq. (7)): ∇_{v1} = M(Xᵀr) v_2, ∇_{v2} = M(Xᵀr)ᵀ v_1.
+    Parameters may carry a leading run axis; the loss then has one entry per run, or, with
+    ``total=True``, is their sum: independent runs whose gradient flows one ODE solve integrates
+    together (the sum's gradient is each run's own gradient)."""
+    if not isinstance(total, bool):
+        raise ValueError(f"total must be a bool, got {total!r}")
+    X = as_tensor(X, "X", ndim=2)
+    y = as_tensor(y, "y", ndim=1)
+    architecture = _architecture(architecture)
+    if loss not in ("square", "exp"):
+        raise ValueError(f"loss must be 'square' or 'exp', got {loss!r}")
+    cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def closure(params: Mapping[str, torch.Tensor]):
+        v1, v2 = params["v1"], params["v2"]
+        k1, k2 = v1.shape[-1], v2.shape[-1]
+        if (k1, k2) not in cache:
+            hidden = k2 if architecture == "fc" else None
+            flat = _basis_torch(architecture, X.shape[1], hidden).reshape(X.shape[1], k1 * k2)
+            cache[(k1, k2)] = (flat.T @ X.T, X @ flat)  # (k1 k2, n) and (n, k1 k2)
+        to_outputs, from_residuals = cache[(k1, k2)]
+        outer = (v1.unsqueeze(-1) * v2.unsqueeze(-2)).reshape(*v1.shape[:-1], k1 * k2)
+        f = outer @ to_outputs
+        if loss == "square":
+            r = f - y
+            value = 0.5 * (r * r).sum(-1)
+        else:
+            e = torch.exp(-y * f)
+            r, value = -y * e, e.sum(-1)
+        M = (r @ from_residuals).reshape(*r.shape[:-1], k1, k2)  # M(Xᵀr)
+        g1 = (M @ v2.unsqueeze(-1)).squeeze(-1)
+        g2 = (v1.unsqueeze(-2) @ M).squeeze(-2)
+        return (value.sum() if total else value), {"v1": g1, "v2": g2}
+
+    return closure
+
+
+@dataclass(frozen=True)
+class TwoLayerSVD:
+    """M(x) = U_1 diag(s) U_2ᵀ with s > 0 (compact SVD, Theorem 5)."""
+
+    U1: np.ndarray
+    s: np.ndarray
+    U2: np.ndarray
+
+
+def data_svd(architecture: str, x, *, hidden: int | None = None) -> TwoLayerSVD:
+    """A compact SVD of M(x). Where singular values repeat the basis is not unique; we use the
+    canonical one (diagonal: U_1 = diag(sign x), U_2 = I on the support; fc: U_1 = I ⊗ x/‖x‖,
+    U_2 = I, s = ‖x‖), else numpy's consistent (U_1, s, U_2)."""
+    architecture = _architecture(architecture)
+    x = _array(x, "x", 1)
+    d = len(x)
+    if not np.any(x):
+        raise ValueError("x must not be the zero vector")
+    if architecture == "diagonal":
+        keep = np.flatnonzero(x)
+        eye = np.eye(d)[:, keep]
+        return TwoLayerSVD(eye * np.sign(x[keep]), np.abs(x[keep]), eye)
+    if architecture == "fc":
+        k = as_int(d if hidden is None else hidden, "hidden", minimum=1)
+        U1 = np.kron(np.eye(k), (x / np.linalg.norm(x))[:, None])
+        return TwoLayerSVD(U1, np.full(k, np.linalg.norm(x)), np.eye(k))
+    M = np.tensordot(x, basis_tensors(architecture, d), axes=1)
+    U1, s, U2t = np.linalg.svd(M, full_matrices=False)
+    keep = s > 1e-12 * s.max()
+    return TwoLayerSVD(U1[:, keep], s[keep], U2t[keep].T)
+
+
+@dataclass(frozen=True)
+class TwoLayerLimit:
+    """The limit of Theorem 5: coefficients β^∞, parameters v_1^∞, v_2^∞ and ν* = ν(∞)."""
+
+    beta: np.ndarray
+    v1: np.ndarray
+    v2: np.ndarray
+    nu: float
+
+
+class _TwoLayerProblem:
+    """The quantities of Theorem 5 for one point x and an initialization α(v̄_1, v̄_2)."""
+
+    def __init__(self, architecture, x, alpha, v1_bar, v2_bar):
+        self.architecture = _architecture(architecture)
+        self.x = _array(x, "x", 1)
+        self.alpha = as_positive_float(alpha, "alpha")
+        d = len(self.x)
+        v1 = _array(v1_bar, "v1_bar", 1) if np.ndim(v1_bar) == 1 else None
+        if self.architecture == "fc" and v1 is None:
+            v1 = _array(v1_bar, "v1_bar", 2).reshape(-1, order="F")  # vec(W̄_1), column-major
+        self.v1_bar = v1
+        self.v2_bar = _array(v2_bar, "v2_bar", 1)
+        hidden = len(self.v2_bar) if self.architecture == "fc" else None
+        k1 = d * len(self.v2_bar) if self.architecture == "fc" else d
+        if self.v1_bar.shape != (k1,) or (self.architecture != "fc" and len(self.v2_bar) != d):
+            raise ValueError(
+                f"{self.architecture}: v1_bar must have length {k1} and v2_bar length "
+                f"{hidden or d}, got {self.v1_bar.shape} and {self.v2_bar.shape}"
+            )
+        self.hidden = hidden
+        self.svd = data_svd(self.architecture, self.x, hidden=hidden)
+        self.eta1 = self.svd.U1.T @ self.v1_bar
+        self.eta2 = self.svd.U2.T @ self.v2_bar
+        gap = self.eta1**2 - self.eta2**2
+        if np.any(gap <= 0):
+            raise ValueError(
+                "Theorem 5 needs [U_1ᵀv̄_1]_j² > [U_2ᵀv̄_2]_j² for every singular direction j of "
+                f"M(x); got differences {np.array2string(gap, precision=3)}"
+            )
+
+    def g(self, nu):
+        """g(ν) = Σ_j s_j ((η̄_1j² + η̄_2j²)/2 · sinh(2 s_j ν) + η̄_1j η̄_2j cosh(2 s_j ν))."""
+        s, a, b = self.svd.s, self.eta1, self.eta2
+        nu = np.asarray(nu, dtype=np.float64)[..., None]
+        return np.sum(
+            s * ((a * a + b * b) / 2 * np.sinh(2 * s * nu) + a * b * np.cosh(2 * s * nu)), -1
+        )
+
+    def nu_of_output(self, value: float) -> float:
+        """ν with α² g(ν) = value (g is strictly increasing)."""
+        target = value / self.alpha**2
+        lo, hi = -1.0, 1.0
+        while self.g(lo) > target:
+            lo *= 2
+        while self.g(hi) < target:
+            hi *= 2
+        return brentq(lambda v: float(self.g(v)) - target, lo, hi, xtol=1e-300, rtol=1e-15)
+
+    def parameters(self, nu):
+        """v_1(ν), v_2(ν): cosh/sinh in ν plus the frozen parts α(I − U Uᵀ)v̄ (eq. (75))."""
+        U1, s, U2 = self.svd.U1, self.svd.s, self.svd.U2
+        nu = np.asarray(nu, dtype=np.float64)[..., None]
+        c, sh = np.cosh(s * nu), np.sinh(s * nu)
+        frozen1 = self.v1_bar - U1 @ self.eta1
+        frozen2 = self.v2_bar - U2 @ self.eta2
+        v1 = self.alpha * ((self.eta1 * c + self.eta2 * sh) @ U1.T + frozen1)
+        v2 = self.alpha * ((self.eta1 * sh + self.eta2 * c) @ U2.T + frozen2)
+        return v1, v2
+
+    def beta(self, nu) -> np.ndarray:
+        v1, v2 = self.parameters(nu)
+        basis = basis_tensors(self.architecture, len(self.x), hidden=self.hidden)
+        return np.einsum("iab,...a,...b->...i", basis, v1, v2)
+
+
+def two_layer_limit(architecture: str, x, y, *, alpha: float, v1_bar, v2_bar) -> TwoLayerLimit:
+    """The limit of gradient flow on a two-layer tensor network fitted to one point (Theorem 5).
+
+    With M(x) = U_1 diag(s) U_2ᵀ, η̄_l = U_lᵀ v̄_l and v_l(0) = α v̄_l, if η̄_1j² > η̄_2j² for all j,
+    gradient flow on ½(f(x) − y)² converges to
+
+        v_1^∞ = α U_1(η̄_1 ⊙ cosh(ν* s) + η̄_2 ⊙ sinh(ν* s)) + α(I − U_1U_1ᵀ) v̄_1,
+        v_2^∞ = α U_2(η̄_1 ⊙ sinh(ν* s) + η̄_2 ⊙ cosh(ν* s)) + α(I − U_2U_2ᵀ) v̄_2,
+
+    with ν* = g^{−1}(y/α²) (:meth:`_TwoLayerProblem.g`). ``architecture`` is "fc" (v̄_1 = vec(W̄_1)
+    of length d·k, or the d × k matrix W̄_1; v̄_2 of length k), "diagonal" or "conv" (both of
+    length d)."""
+    problem = _TwoLayerProblem(architecture, x, alpha, v1_bar, v2_bar)
+    nu = problem.nu_of_output(float(_array(y, "y", 0)))
+    v1, v2 = problem.parameters(nu)
+    return TwoLayerLimit(beta=problem.beta(nu), v1=v1, v2=v2, nu=float(nu))
+
+
+def two_layer_curve(architecture: str, x, *, alpha: float, v1_bar, v2_bar, nu) -> np.ndarray:
+    """β(ν) along the curve of Theorem 5's proof, for ν of any shape: (..., d).
+
+    Every iterate of gradient flow (square or exponential loss) lies on this curve, at
+    ν(t) = −∫_0^t r."""
+    problem = _TwoLayerProblem(architecture, x, alpha, v1_bar, v2_bar)
+    return problem.beta(nu)
+
+
+def curve_distance(architecture: str, x, betas, *, alpha: float, v1_bar, v2_bar) -> np.ndarray:
+    """Distance of each row of ``betas`` (T, d) from the curve ν ↦ β(ν), at the ν fixed by the
+    output: α² g(ν) = xᵀβ determines ν uniquely, so β(t) is on the curve iff β(t) = β(ν)."""
+    problem = _TwoLayerProblem(architecture, x, alpha, v1_bar, v2_bar)
+    betas = np.atleast_2d(np.asarray(betas, dtype=np.float64))
+    nus = np.array([problem.nu_of_output(float(b @ problem.x)) for b in betas])
+    return np.linalg.norm(problem.beta(nus) - betas, axis=-1)
+
+
+def figure1_init(architecture: str, z_bar, *, margin: float = 1e-3):
+    """Initial directions (v̄_1, v̄_2) with β(v̄_1, v̄_2) = z̄ ∈ R² that satisfy Theorem 5's gap.
+
+    diagonal: w̄_1 = √(2|z̄|) + margin, w̄_2 = z̄ / w̄_1 (entrywise); conv (d = 2, diagonal in the
+    sum/difference basis): the same construction on σ± = z̄_1 ± z̄_2; fc (width 2): W̄_1 = 1.5 I,
+    w̄_2 = z̄ / 1.5. (The paper does not give its construction.)"""
+    architecture = _architecture(architecture)
+    z = _array(z_bar, "z_bar", 1)
+    if z.shape != (2,):
+        raise ValueError(f"z_bar must have shape (2,), got {z.shape}")
+    margin = as_positive_float(margin, "margin")
+    if architecture == "diagonal":
+        w1 = np.sqrt(2 * np.abs(z)) + margin
+        return w1, z / w1
+    if architecture == "conv":
+        sigma = np.array([z[0] + z[1], z[0] - z[1]])
+        a = np.sqrt(2 * np.abs(sigma)) + margin
+        A = sigma / a
+        return np.array([a[0] + a[1], a[0] - a[1]]) / 2, np.array([A[0] + A[1], A[0] - A[1]]) / 2
+    return (1.5 * np.eye(2)).reshape(-1, order="F"), z / 1.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Depth-L models for the engine: diagonal and fully connected networks
+# ---------------------------------------------------------------------------------------------
+
+
+def diagonal_params(w_bar, *, alpha: float, depth: int, last=None) -> dict[str, torch.Tensor]:
+    """{"w1": α w̄, …, "w{L-1}": α w̄, "wL": α·last} (``last`` defaults to 0, Theorem 4's init)."""
+    depth = _depth(depth)
+    alpha = as_positive_float(alpha, "alpha")
+    w = as_tensor(w_bar, "w_bar", ndim=1)
+    params = {f"w{j}": alpha * w.clone() for j in range(1, depth)}
+    params[f"w{depth}"] = (
+        torch.zeros_like(w) if last is None else alpha * as_tensor(last, "last", ndim=1).clone()
+    )
+    return params
+
+
+def diagonal_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """β = w_1 ⊙ … ⊙ w_L (eq. (11))."""
+    depth = len(params)
+    out = params["w1"]
+    for j in range(2, depth + 1):
+        out = out * params[f"w{j}"]
+    return out
+
+
+def fc_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """β = W_1 W_2 ⋯ W_{L−1} w_L (eq. (10)); params {"W1", …, "W{L-1}", "wL"}."""
+    depth = len(params)
+    out = params[f"w{depth}"]
+    for j in range(depth - 1, 0, -1):
+        out = params[f"W{j}"] @ out
+    return out
+
+
+def regression_loss(coefficients, X, y):
+    """Closure ``params -> ½ Σ_i (x_iᵀβ(params) − y_i)²`` for a coefficient map β(params)."""
+    X = as_tensor(X, "X", ndim=2)
+    y = as_tensor(y, "y", ndim=1)
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
+
+    def closure(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return 0.5 * ((X @ coefficients(params) - y) ** 2).sum()
+
+    return closure
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "DTYPE",
+    "H_L",
+    "Phi_L",
+    "Q_objective",
+    "TwoLayerLimit",
+    "TwoLayerSVD",
+    "basis_tensors",
+    "conv_net_limit",
+    "curve_distance",
+    "data_svd",
+    "dft_matrix",
+    "diagonal_coefficients",
+    "diagonal_net_limit",
+    "diagonal_net_path",
+    "diagonal_params",
+    "dual_root",
+    "fc_coefficients",
+    "figure1_init",
+    "h_L",
+    "h_L_derivative",
+    "h_L_inverse",
+    "max_margin_l2",
+    "min_l1_solution",
+    "min_l2_solution",
+    "pole",
+    "regression_loss",
+    "tensor_coefficients",
+    "two_layer_curve",
+    "two_layer_gradient",
+    "two_layer_limit",
+    "two_layer_loss",
+]
