@@ -30,10 +30,10 @@ from lib.ssm import (
 )
 
 
-def sorted_with_tie(values: np.ndarray, diff: float) -> np.ndarray:
-    """Sort descending, then set the second entry to the first minus ``diff``."""
+def sorted_with_tie(values: np.ndarray, diff: float | None) -> np.ndarray:
+    """Sort descending, then set the second entry to the first minus ``diff`` (kept if None)."""
     values = np.sort(values)[::-1].copy()
-    if values.size >= 2:
+    if values.size >= 2 and diff is not None:
         values[1] = values[0] - diff
     return values
 
@@ -51,6 +51,7 @@ class DynamicsSetting:
     ``n_special`` at ``special_positions`` (1-indexed). Initialization: |N(0, sd_a)| sorted with
     a tie gap ``tie_gap(sd_a, tie_exponent)``, B likewise with sd_bc and the same gap,
     C = |N(0, sd_bc)| unsorted, ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
+    ``tie_exponent=None`` forces no tie: the sorted entries keep their random gaps.
     Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
     ≤ ``stop_loss``, then ``extra_steps`` more. Adam runs in the authors' TensorFlow form by default
     (``adam_form="keras"``, ``adam_eps=1e-7``: ε added to the uncorrected √v_k, see
@@ -70,7 +71,7 @@ class DynamicsSetting:
     special_positions: tuple[int, ...]
     sd_a: float
     sd_bc: float
-    tie_exponent: float
+    tie_exponent: float | None
     optimizer: str
     lr_clean: float
     lr_special: float
@@ -223,12 +224,9 @@ def dynamics_init(setting: DynamicsSetting, seed: int) -> dict[str, torch.Tensor
     seed = as_int(seed, "seed", minimum=0)
     rng = np.random.RandomState(seed)
     d = setting.d
-    a = sorted_with_tie(
-        np.abs(rng.normal(0.0, setting.sd_a, d)), tie_gap(setting.sd_a, setting.tie_exponent)
-    )
-    b = sorted_with_tie(
-        np.abs(rng.normal(0.0, setting.sd_bc, d)), tie_gap(setting.sd_a, setting.tie_exponent)
-    )
+    gap = None if setting.tie_exponent is None else tie_gap(setting.sd_a, setting.tie_exponent)
+    a = sorted_with_tie(np.abs(rng.normal(0.0, setting.sd_a, d)), gap)
+    b = sorted_with_tie(np.abs(rng.normal(0.0, setting.sd_bc, d)), gap)
     c = np.abs(rng.normal(0.0, setting.sd_bc, d))
     params = {"a": a + setting.warm, "b": b + setting.warm, "c": c}
     params = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}

@@ -730,3 +730,21 @@ def test_theorem1_hessian_is_the_jacobian_of_the_gradient(poisoned):
     got = _theorem1_hessian(kappa, poisoned)({"a": a})
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
     assert float(got[:4, 4:].abs().max()) == 0.0  # runs do not interact
+
+
+def test_dynamics_init_without_forced_tie_keeps_the_random_gaps():
+    import dataclasses
+
+    from lib.poison_dynamics import TABLE1_ROW2
+
+    untied = dataclasses.replace(TABLE1_ROW2, tie_exponent=None)
+    tied, free = dynamics_init(TABLE1_ROW2, 3), dynamics_init(untied, 3)
+    rng = np.random.RandomState(3)
+    a = np.sort(np.abs(rng.normal(0.0, untied.sd_a, untied.d)))[::-1] + untied.warm
+    np.testing.assert_array_equal(free["a"].numpy(), a)
+    # the same draws; only the second entries of a and b differ from the tied setting
+    for name in "ab":
+        np.testing.assert_array_equal(
+            free[name][[0, *range(2, 10)]], tied[name][[0, *range(2, 10)]]
+        )
+        assert free[name][1] < tied[name][1]
