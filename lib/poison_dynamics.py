@@ -337,6 +337,18 @@ class DynamicsRuns:
         """Mask of the recorded iterations up to the end of run r (afterwards it is frozen)."""
         return self.trajectory.times <= self.trajectory.info["steps_run"][r]
 
+    def initial_gain(self, r: int) -> float:
+        """The network's output at initialization on an SSM output of +1: D_out σ(D_hid σ(D_in)).
+
+        The ReLU network is positively homogeneous, so this is its slope on positive SSM outputs.
+        Only for the SSM + MLP setting.
+        """
+        if not self.setting.with_mlp:
+            raise ValueError("initial_gain is defined for the SSM + MLP setting only")
+        p = self.trajectory.at(0)
+        hidden = torch.relu(p["d_hidden"][r] @ torch.relu(p["d_in"][r]))
+        return (p["d_out"][r] @ hidden).item()
+
     def gamma0(self, r: int) -> np.ndarray:
         """γ^{(0)}(t) of Proposition 1 at every recorded iterate of run r (eq. 8).
 
