@@ -1,4 +1,13 @@
-"""Shared fixtures: a seeded generator and a random diagonal SSM instance."""
+"""Shared fixtures: a seeded generator and a random diagonal SSM instance.
+
+The rule for every test here: never compare floats bit for bit across computation paths (a run
+inside a batch against the same run alone, a closed form against a recurrence or autograd, numpy
+against torch, different thread counts). Those agree only up to rounding, which differs between
+machines and kernels; compare them with a tolerance whose size a one-line comment justifies.
+Exact comparisons are for one computation path only (a frozen run against its own last iterate,
+the same call twice, integer arithmetic, copies of the same draw). ``make test-portable`` runs this
+suite under torch's portable kernels and under two threads to catch violations.
+"""
 
 import pytest
 import torch

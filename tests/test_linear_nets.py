@@ -119,6 +119,7 @@ def test_xavier_init_shapes_bounds_and_reproducibility():
         bound = math.sqrt(6.0 / (fan_in + fan_out))
         assert float(w.abs().max()) <= bound
         # the documented draws: numpy RandomState(seed).uniform, layer after layer
+        # the same numpy draws, copied: one computation path, exact
         np.testing.assert_array_equal(w.numpy(), rng.uniform(-bound, bound, size=(fan_out, fan_in)))
     again = xavier_init(widths, seed=7)
     other = xavier_init(widths, seed=8)

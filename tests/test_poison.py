@@ -60,7 +60,7 @@ def test_theorem1_init_protocol(d, seed):
     # numpy RandomState(seed).rand, scaled, sorted descending, then a_2 := a_1 - diff
     expected = np.sort(np.random.RandomState(seed).rand(d) * scale)[::-1].copy()
     expected[1] = expected[0] - diff
-    np.testing.assert_array_equal(a.numpy(), expected)
+    np.testing.assert_array_equal(a.numpy(), expected)  # same numpy draws and one subtraction
     assert float(a[0] - a[1]) == pytest.approx(diff, abs=2 * np.spacing(float(a[0])))
     assert bool((a >= 0).all()) and bool((a < scale).all())
     assert bool((a[0] >= a[1:]).all())
@@ -340,7 +340,8 @@ def test_dynamics_init_protocol(setting, seed):
     assert set(params) == expected_keys
     for name in "abc":
         assert params[name].shape == (d,) and params[name].dtype == DT
-    # the documented draws, from numpy.random.RandomState(seed)
+    # the documented draws, from numpy.random.RandomState(seed): the same numpy arithmetic as
+    # lib, one computation path, hence exact comparisons
     rng = np.random.RandomState(seed)
     gap_a = tie_gap(setting.sd_a, setting.tie_exponent)
     gap_b = tie_gap(setting.sd_bc, setting.tie_exponent)

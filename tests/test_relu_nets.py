@@ -74,6 +74,7 @@ def test_gaussian_weights_shapes_and_reproducibility():
     assert all(w.dtype == DT for w in weights)
     rng = np.random.RandomState(7)
     for w, shape in zip(weights, [(15, 1), (15, 15), (1, 15)], strict=True):
+        # the same numpy draws, copied: one computation path, exact
         np.testing.assert_array_equal(w.numpy(), rng.normal(0.0, scale, size=shape))
     again = gaussian_weights(widths, scale, np.random.RandomState(7))
     for w, v in zip(weights, again, strict=True):
