@@ -32,3 +32,27 @@ def digits(n: int = 300, *, every: int = 3) -> tuple[torch.Tensor, torch.Tensor]
     images = (images - images.mean()) / images.std()
     labels = bunch.target[::every][:n].astype(np.int64)
     return torch.from_numpy(images).to(DTYPE), torch.from_numpy(labels)
+
+
+def digits_split(
+    *, test_every: int = 5
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, tuple[float, float]]:
+    """All 1797 digits, split into a training and a held-out set, as sequences of 64 pixels.
+
+    Image i is held out when i % test_every == 0. Pixels (integers 0..16) are standardized with the
+    training set's global mean and standard deviation; the 8×8 image is read row by row (raster
+    order), so sequence position p is pixel (p // 8, p % 8) and the last 8 positions are the bottom
+    row. Returns ``(x_train, y_train, x_test, y_test, (lo, hi))``: float64 (n, 64) inputs, int64
+    labels, and the standardized images of the raw pixel values 0 and 16 (the data range).
+    """
+    from sklearn.datasets import load_digits
+
+    test_every = as_int(test_every, "test_every", minimum=2)
+    bunch = load_digits()
+    raw = bunch.data.astype(np.float64)
+    held_out = np.arange(len(raw)) % test_every == 0
+    mean, std = raw[~held_out].mean(), raw[~held_out].std()
+    x = torch.from_numpy((raw - mean) / std).to(DTYPE)
+    y = torch.from_numpy(bunch.target.astype(np.int64))
+    mask = torch.from_numpy(held_out)
+    return x[~mask], y[~mask], x[mask], y[mask], ((0 - mean) / std, (16 - mean) / std)

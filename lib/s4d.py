@@ -1,0 +1,326 @@
+"""A small S4D sequence classifier, trained in many independent runs at once.
+
+The victim of the real-data poisoning experiment of Slutzky et al. 2025 (Table 2, App. H.2.4) is the
+"minimal S4D" network of Gu et al. 2022 ("On the parameterization and initialization of diagonal
+state space models"): an encoder, a stack of residual diagonal-SSM layers, mean pooling over the
+sequence and a linear decoder. This module is a CPU-sized version of it for 8×8 digits read as
+sequences of 64 pixels.
+
+**One S4D layer.** Each of the H channels carries its own diagonal SSM with N/2 complex-conjugate
+pairs of state entries (state size N per channel). With A_n = −exp(ā_n) + i·ω_n (S4D-Lin
+initialization: ā_n = log ½, ω_n = π n), a learned step size Δ = exp(log Δ) and a complex
+output vector C (B is folded into C, as in S4D), zero-order-hold discretization gives the
+convolution kernel in closed form (Gu et al. 2022, eq. (5) with ZOH, a Vandermonde product)
+
+    K_l = 2 · Re Σ_n C_n · (exp(Δ A_n) − 1) / A_n · exp(Δ A_n)^l,   l = 0, …, L − 1,
+
+and the layer's SSM output is the causal convolution y_l = Σ_{k≤l} K_{l−k} u_k + D u_l with a skip
+term D. The convolution is one batched matrix product with the Toeplitz matrix of K (for L = 64
+this was faster on this CPU than an FFT), never a loop over time. The block is post-norm, as in
+the minimal S4 of the paper's victim: u ← LayerNorm(u + W·GELU(y) + b).
+
+**Independent runs.** Every parameter has a leading axis of length R that indexes R independent
+networks (seeds, or victims trained on different poisoned data sets). Their losses are summed, so
+autograd gives each run its own gradient, and AdamW is elementwise, so R runs train exactly as if
+each ran alone, in one vectorized loop.
+
+**Precision.** The victim computes in float32 (the book's default is float64). Nothing in this
+experiment rests on a near-tie: the SSM entries are O(1), the decisions are argmaxes of logits that
+differ by O(1). On this 2-core machine float32 trained the batched victims about twice as fast
+(matrix products and GELU), and the chapter's time budget is spent almost entirely here. Inputs are
+still checked as float64 and converted inside.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lib._checks import as_int, as_positive_float, as_seeds, as_tensor
+
+MODEL_DTYPE = torch.float32
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class S4DConfig:
+    """Sizes of the classifier: H channels, state size N per channel (N/2 conjugate pairs)."""
+
+    channels: int = 16
+    state: int = 8
+    layers: int = 2
+    classes: int = 10
+    dt_min: float = 1e-2
+    dt_max: float = 1.0
+
+    def __post_init__(self):
+        as_int(self.channels, "channels", minimum=1)
+        state = as_int(self.state, "state", minimum=2)
+        if state % 2:
+            raise ValueError(f"state must be even (conjugate pairs), got {state}")
+        as_int(self.layers, "layers", minimum=1)
+        as_int(self.classes, "classes", minimum=2)
+        lo = as_positive_float(self.dt_min, "dt_min")
+        hi = as_positive_float(self.dt_max, "dt_max")
+        if lo > hi:
+            raise ValueError(f"dt_min must be <= dt_max, got {lo} > {hi}")
+
+
+def init_params(config: S4DConfig, seeds) -> Params:
+    """Parameters of R = len(seeds) networks, one per seed (S4D-Lin initialization).
+
+    Per layer: log Δ ~ U[log dt_min, log dt_max]; Re A = −½ (stored as log ½ of its negative);
+    Im A = π n; C ~ CN(0, 1) (real and imaginary parts N(0, ½)); D ~ N(0, 1); the mixing matrix W
+    and the encoder / decoder with PyTorch's default uniform fan-in initialization.
+    """
+    if not isinstance(config, S4DConfig):
+        raise ValueError(f"config must be an S4DConfig, got {type(config).__name__}")
+    seeds = as_seeds(seeds)
+    h, half, k = config.channels, config.state // 2, config.classes
+    runs = []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+
+        def uniform(*shape, bound, g=g):
+            return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
+
+        p = {
+            "enc_w": uniform(h, bound=1.0),
+            "enc_b": uniform(h, bound=1.0),
+            "dec_w": uniform(k, h, bound=1 / math.sqrt(h)),
+            "dec_b": uniform(k, bound=1 / math.sqrt(h)),
+        }
+        log_lo, log_hi = math.log(config.dt_min), math.log(config.dt_max)
+        for i in range(config.layers):
+            u = torch.rand(h, generator=g, dtype=torch.float64)
+            p[f"log_dt{i}"] = log_lo + u * (log_hi - log_lo)
+            p[f"log_a_re{i}"] = torch.full((h, half), math.log(0.5), dtype=torch.float64)
+            p[f"a_im{i}"] = math.pi * torch.arange(half, dtype=torch.float64).expand(h, half)
+            p[f"c_re{i}"] = torch.randn(h, half, generator=g, dtype=torch.float64) / math.sqrt(2)
+            p[f"c_im{i}"] = torch.randn(h, half, generator=g, dtype=torch.float64) / math.sqrt(2)
+            p[f"d{i}"] = torch.randn(h, generator=g, dtype=torch.float64)
+            p[f"w{i}"] = uniform(h, h, bound=1 / math.sqrt(h))
+            p[f"b{i}"] = uniform(h, bound=1 / math.sqrt(h))
+        runs.append(p)
+    return {
+        name: torch.stack([p[name] for p in runs]).to(MODEL_DTYPE).contiguous() for name in runs[0]
+    }
+
+
+def _runs(params: Params) -> int:
+    return int(params["enc_w"].shape[0])
+
+
+def _layers(params: Params) -> int:
+    return sum(1 for name in params if name.startswith("log_dt"))
+
+
+def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
+    """The ZOH convolution kernel K of shape (..., H, L) from S4D parameters of shape (..., H, N/2).
+
+    K_l = 2 Re Σ_n C̃_n exp(Δ A_n)^l with C̃_n = C_n (exp(Δ A_n) − 1)/A_n, A_n = α_n + i ω_n,
+    α_n = −exp(log_a_re_n), Δ = exp(log_dt) (Gu et al. 2022, §3; the Vandermonde form of the
+    kernel). Evaluated in real arithmetic: exp(Δ A_n)^l = e^{lΔα_n} (cos lΔω_n + i sin lΔω_n).
+    """
+    alpha, omega = -torch.exp(log_a_re), a_im
+    dt = torch.exp(log_dt)[..., None]
+    decay, turn = torch.exp(dt * alpha), dt * omega
+    # p + iq = exp(ΔA) − 1; C̃ = C (p + iq) / (α + iω)
+    p, q = decay * torch.cos(turn) - 1, decay * torch.sin(turn)
+    norm = alpha**2 + omega**2
+    ratio_re, ratio_im = (p * alpha + q * omega) / norm, (q * alpha - p * omega) / norm
+    ct_re = c_re * ratio_re - c_im * ratio_im
+    ct_im = c_re * ratio_im + c_im * ratio_re
+    steps = torch.arange(length, dtype=log_dt.dtype)
+    radius = torch.exp(dt[..., None] * alpha[..., None] * steps)  # (..., H, N/2, L)
+    angle = turn[..., None] * steps
+    terms = ct_re[..., None] * torch.cos(angle) - ct_im[..., None] * torch.sin(angle)
+    return 2 * (radius * terms).sum(-2)
+
+
+def toeplitz(kernel: torch.Tensor) -> torch.Tensor:
+    """Lower-triangular Toeplitz matrices T[..., l, k] = K[..., l − k] (0 for k > l) of K (..., L).
+
+    Then (T u)_l = Σ_{k ≤ l} K_{l−k} u_k is the causal convolution. Built from sliding windows of
+    the zero-padded, reversed kernel (a strided view, whose backward pass is cheap).
+    """
+    length = kernel.shape[-1]
+    padded = torch.nn.functional.pad(kernel, (length - 1, 0))  # [0, …, 0, K_0, …, K_{L−1}]
+    windows = padded.flip(-1).unfold(-1, length, 1)  # windows[s, j] = padded[2L − 2 − s − j]
+    return windows[..., :length, :].flip(-2)
+
+
+def _layer_norm(u: torch.Tensor) -> torch.Tensor:
+    """LayerNorm over the channel axis 1 of (R, H, L, B), without affine parameters."""
+    centred = u - u.mean(1, keepdim=True)
+    return centred * torch.rsqrt((centred * centred).mean(1, keepdim=True) + 1e-5)
+
+
+def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
+    """Class scores of R networks: x of shape (R, B, L) (or (B, L), shared) → (R, B, classes).
+
+    Encoder u = w_enc x + b_enc (one input channel); per layer the S4D convolution with skip D,
+    GELU, channel mixing W, residual and LayerNorm over channels; mean over positions; decoder.
+    """
+    r = _runs(params)
+    if x.ndim == 2:
+        x = x.expand(r, *x.shape)
+    length = x.shape[-1]
+    h = params["enc_w"].shape[-1]
+    # Activations in layout (R, H, L, B): the convolution is a batched (L, L) @ (L, B) product
+    # with the Toeplitz matrix of each channel, the mixing an (H, H) @ (H, L·B) product.
+    u = params["enc_w"][:, :, None, None] * x.transpose(-1, -2)[:, None]
+    u = u + params["enc_b"][:, :, None, None]
+    for i in range(_layers(params)):
+        kernel = s4d_kernel(
+            params[f"log_dt{i}"],
+            params[f"log_a_re{i}"],
+            params[f"a_im{i}"],
+            params[f"c_re{i}"],
+            params[f"c_im{i}"],
+            length,
+        )
+        y = toeplitz(kernel) @ u + params[f"d{i}"][:, :, None, None] * u
+        y = torch.nn.functional.gelu(y)
+        mixed = (params[f"w{i}"] @ y.reshape(r, h, -1)).reshape(u.shape)
+        u = _layer_norm(u + mixed + params[f"b{i}"][:, :, None, None])
+    pooled = u.mean(2)  # (R, H, B)
+    return (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
+
+
+def per_run_loss(params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of each run on its own batch: x (R, B, L), labels (R, B) → (R,)."""
+    out = logits(params, x)
+    r, b, k = out.shape
+    ce = torch.nn.functional.cross_entropy(
+        out.reshape(r * b, k), labels.reshape(r * b), reduction="none"
+    )
+    return ce.reshape(r, b).mean(-1)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """AdamW (Loshchilov & Hutter) with a cosine learning-rate decay, on shuffled minibatches."""
+
+    epochs: int = 12
+    batch: int = 64
+    lr: float = 1e-2
+    weight_decay: float = 1e-2
+
+    def __post_init__(self):
+        as_int(self.epochs, "epochs", minimum=1)
+        as_int(self.batch, "batch", minimum=1)
+        as_positive_float(self.lr, "lr")
+        as_positive_float(self.weight_decay, "weight_decay", allow_zero=True)
+
+
+def _check_data(x, labels, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Data of R runs: x (R, n, L) or (n, L) float64; labels (R, n) or (n,), ints 0..classes−1."""
+    x = as_tensor(x, "x")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must have shape (n, L) or (R, n, L), got {tuple(x.shape)}")
+    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64:
+        raise ValueError(f"labels must be an int64 torch tensor, got {labels!r:.60}")
+    if tuple(labels.shape) != tuple(x.shape[:-1]):
+        raise ValueError(
+            f"labels must have shape {tuple(x.shape[:-1])} (one per sequence of x), "
+            f"got {tuple(labels.shape)}"
+        )
+    if labels.numel() and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"labels must lie in 0..{classes - 1}")
+    return x, labels
+
+
+def train(
+    config: S4DConfig,
+    x,
+    labels,
+    seeds,
+    train_config: TrainConfig = TrainConfig(),
+    *,
+    init: Params | None = None,
+) -> Params:
+    """Train R = len(seeds) networks from scratch with AdamW; returns their parameters.
+
+    ``x`` is (n, L) (all runs see the same data) or (R, n, L) (run r trains on x[r], e.g. clean data
+    plus its own poisons); ``labels`` (n,) or (R, n). Run r is initialized and shuffled with
+    ``seeds[r]``. The loss is the mean cross-entropy over a minibatch; the runs' losses are summed,
+    which leaves each run's gradient its own. With ``init`` (a parameter dict of R runs, or of one
+    run, copied to all) training starts there instead of at the seeds' initialization: fine-tuning.
+    """
+    if not isinstance(train_config, TrainConfig):
+        raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    seeds = as_seeds(seeds)
+    x, labels = _check_data(x, labels, config.classes)
+    r = len(seeds)
+    if x.ndim == 3 and x.shape[0] != r:
+        raise ValueError(f"x holds {x.shape[0]} data sets but seeds has {r} entries")
+    if x.ndim == 2:
+        x, labels = x.expand(r, *x.shape), labels.expand(r, *labels.shape)
+    x = x.to(MODEL_DTYPE)
+    n = x.shape[1]
+    if init is None:
+        start = init_params(config, seeds)
+    else:
+        start = init if _runs(init) == r else replicate(init, r)
+    params = {k: v.detach().clone().to(MODEL_DTYPE).requires_grad_() for k, v in start.items()}
+    opt = torch.optim.AdamW(
+        list(params.values()), lr=train_config.lr, weight_decay=train_config.weight_decay
+    )
+    batches = max(1, n // train_config.batch)
+    total = train_config.epochs * batches
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: 0.5 * (1 + math.cos(math.pi * min(k, total) / total))
+    )
+    gens = [np.random.default_rng(s) for s in seeds]
+    rows = torch.arange(r)[:, None]
+    for _ in range(train_config.epochs):
+        perm = torch.from_numpy(np.stack([g.permutation(n) for g in gens]))
+        for j in range(batches):
+            idx = perm[:, j * train_config.batch : (j + 1) * train_config.batch]
+            loss = per_run_loss(params, x[rows, idx], labels[rows, idx]).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    return {k: v.detach() for k, v in params.items()}
+
+
+def predict(params: Params, x, *, batch: int = 512) -> torch.Tensor:
+    """Predicted classes (R, n) of R networks on x of shape (n, L) or (R, n, L)."""
+    x = as_tensor(x, "x")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must have shape (n, L) or (R, n, L), got {tuple(x.shape)}")
+    x = x.to(MODEL_DTYPE)
+    with torch.no_grad():
+        parts = [
+            logits(params, x[..., i : i + batch, :]).argmax(-1)
+            for i in range(0, x.shape[-2], batch)
+        ]
+    return torch.cat(parts, dim=-1)
+
+
+def accuracy(params: Params, x, labels) -> torch.Tensor:
+    """Fraction of correct predictions of each run, shape (R,), float64."""
+    x, labels = _check_data(x, labels, params["dec_b"].shape[-1])
+    return (predict(params, x) == labels).double().mean(-1)
+
+
+def select_run(params: Params, run: int) -> Params:
+    """The parameters of run ``run`` alone, as a one-run parameter dict."""
+    run = as_int(run, "run", minimum=0)
+    if run >= _runs(params):
+        raise ValueError(f"run must be < {_runs(params)}, got {run}")
+    return {k: v[run : run + 1] for k, v in params.items()}
+
+
+def replicate(params: Params, copies: int) -> Params:
+    """``copies`` identical runs of a one-run network (for attacks batched on one surrogate)."""
+    copies = as_int(copies, "copies", minimum=1)
+    if _runs(params) != 1:
+        raise ValueError(f"replicate needs a one-run parameter dict, got {_runs(params)} runs")
+    return {k: v.expand(copies, *v.shape[1:]).contiguous() for k, v in params.items()}
