@@ -14,6 +14,7 @@ About ten minutes of one core in all.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 
 import numpy as np
@@ -75,17 +76,16 @@ def per_run(runs: poison_dynamics.DynamicsRuns) -> dict[str, list]:
     return record
 
 
-def run() -> dict:
-    results, settings = {}, {}
-    row2 = poison_dynamics.train_dynamics(
+def _table3_row2() -> dict:
+    runs = poison_dynamics.train_dynamics(
         poison_dynamics.TABLE3_ROW2, ROW2_SEEDS, max_steps=200_000
     )
-    results["table3_row2"] = per_run(row2)
-    settings["table3_row2"] = dataclasses.asdict(poison_dynamics.TABLE3_ROW2) | {
-        "max_steps": 200_000
-    }
+    settings = dataclasses.asdict(poison_dynamics.TABLE3_ROW2) | {"max_steps": 200_000}
+    return {"table3_row2": (per_run(runs), settings)}
 
-    variants = {
+
+def _row3_variant(key: str) -> dict:
+    setting, scales, init = {
         "table1_row3": (poison_dynamics.TABLE1_ROW3, (None, 1.0), None),
         "table1_row3_pytorch_adam": (
             dataclasses.replace(poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-8),
@@ -93,33 +93,56 @@ def run() -> dict:
             None,
         ),
         "table1_row3_correlated_init": (poison_dynamics.TABLE1_ROW3, (None,), correlated_init),
+    }[key]
+    original = poison_dynamics.dynamics_init
+    if init is not None:
+        poison_dynamics.dynamics_init = init
+    try:
+        runs = poison_dynamics.train_dynamics(
+            setting, ROW3_SEEDS, special_scales=scales, max_steps=ROW3_STEPS, record_every=1000
+        )
+    finally:
+        poison_dynamics.dynamics_init = original
+    settings = dataclasses.asdict(setting) | {
+        "max_steps": ROW3_STEPS,
+        "init": "authors' correlated (TensorFlow)" if init else "independent draws",
     }
-    for key, (setting, scales, init) in variants.items():
-        original = poison_dynamics.dynamics_init
-        if init is not None:
-            poison_dynamics.dynamics_init = init
-        try:
-            runs = poison_dynamics.train_dynamics(
-                setting, ROW3_SEEDS, special_scales=scales, max_steps=ROW3_STEPS, record_every=1000
-            )
-        finally:
-            poison_dynamics.dynamics_init = original
-        results[key] = per_run(runs)
-        settings[key] = dataclasses.asdict(setting) | {
-            "max_steps": ROW3_STEPS,
-            "init": "authors' correlated (TensorFlow)" if init else "independent draws",
-        }
+    return {key: (per_run(runs), settings)}
 
-    long = poison_dynamics.train_dynamics(
+
+def _table3_row3() -> dict:
+    runs = poison_dynamics.train_dynamics(
         poison_dynamics.TABLE3_ROW3,
         TABLE3_ROW3_SEEDS,
         max_steps=TABLE3_ROW3_STEPS,
         record_every=1000,
     )
-    results["table3_row3"] = per_run(long)
-    settings["table3_row3"] = dataclasses.asdict(poison_dynamics.TABLE3_ROW3) | {
-        "max_steps": TABLE3_ROW3_STEPS
-    }
+    settings = dataclasses.asdict(poison_dynamics.TABLE3_ROW3) | {"max_steps": TABLE3_ROW3_STEPS}
+    return {"table3_row3": (per_run(runs), settings)}
+
+
+def _stage(name: str) -> dict:
+    if name.startswith("table1_row3"):
+        return _row3_variant(name)
+    return {"table3_row2": _table3_row2, "table3_row3": _table3_row3}[name]()
+
+
+STAGES = (
+    "table1_row3",
+    "table3_row3",
+    "table1_row3_pytorch_adam",
+    "table1_row3_correlated_init",
+    "table3_row2",
+)
+
+
+def run(workers: int = 2) -> dict:
+    """All stages, in ``workers`` processes (the runs are independent and single-threaded)."""
+    results, settings = {}, {}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+        for done in pool.map(_stage, STAGES):
+            for key, (record, setting) in done.items():
+                results[key], settings[key] = record, setting
     seeds = {
         "table3_row2": ROW2_SEEDS,
         "table1_row3 (all variants)": ROW3_SEEDS,
