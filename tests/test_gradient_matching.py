@@ -1,0 +1,117 @@
+"""Unit tests of lib.gradient_matching: constraints of the poisons, the per-row regularizer, the
+metrics, and the rejection of bad input."""
+
+import math
+
+import pytest
+import torch
+
+from lib import gradient_matching as gm
+from lib import s4d
+from lib.data import digits_split
+
+DT = torch.float64
+
+
+@pytest.fixture(scope="module")
+def setting():
+    x, y, xt, yt, rng = digits_split()
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
+    surrogate = s4d.train(cfg, x[:200], y[:200], [0], s4d.TrainConfig(epochs=1, batch=50))
+    return surrogate, x[:200], y[:200], xt[:20], yt[:20], rng
+
+
+def target_and_class(yt):
+    return 0, (int(yt[0]) + 1) % 10
+
+
+def test_poisons_respect_the_clean_label_constraints(setting):
+    surrogate, x, y, xt, yt, (lo, hi) = setting
+    t, c = target_and_class(yt)
+    eps = 0.3
+    brew = gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, eps, (lo, hi), gm.AttackConfig(steps=5))
+    assert brew.delta.shape == (1, 5, 64) and brew.delta.dtype == DT
+    assert bool((y[brew.poison_index] == c).all())  # poisons come from the adversarial class
+    assert float(brew.delta.abs().max()) <= eps + 1e-6  # float32 attack arithmetic
+    poisoned = x[brew.poison_index] + brew.delta
+    assert float(poisoned.min()) >= lo - 1e-6 and float(poisoned.max()) <= hi + 1e-6
+    xs, ys = gm.poisoned_sets(x, y, brew.poison_index, brew.delta)
+    assert xs.shape == (1, 205, 64) and torch.equal(ys[0, 200:], y[brew.poison_index[0]])
+    assert torch.equal(xs[0, :200], x)  # appended, never substituted
+
+
+def test_signed_adam_lowers_the_matching_loss(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    short = gm.brew(surrogate, x, y, xt, yt, [t], [c], 8, 0.5, rng, gm.AttackConfig(steps=1))
+    longer = gm.brew(surrogate, x, y, xt, yt, [t], [c], 8, 0.5, rng, gm.AttackConfig(steps=30))
+    assert float(longer.matching_loss[0]) < float(short.matching_loss[0])
+
+
+def test_regularizer_moves_the_perturbation_to_the_last_row(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    cfg = gm.AttackConfig(steps=30)
+    free = gm.brew(surrogate, x, y, xt, yt, [t], [c], 8, 0.5, rng, cfg)
+    reg = gm.brew(
+        surrogate, x, y, xt, yt, [t], [c], 8, 0.5, rng, gm.AttackConfig(steps=30, reg_factor=1.0)
+    )
+    assert gm.last_elements_rel_size(reg.delta, 8) > gm.last_elements_rel_size(free.delta, 8)
+
+
+def test_row_weights_free_the_last_row():
+    w = gm.row_weights(64, 8)
+    assert w[:8].tolist() == [7.0] * 8 and w[-8:].tolist() == [0.0] * 8
+    with pytest.raises(ValueError, match="rows"):
+        gm.row_weights(10, 8)
+
+
+def test_last_elements_rel_size():
+    delta = torch.zeros(3, 64, dtype=DT)
+    delta[:, -2:] = 1.0
+    assert gm.last_elements_rel_size(delta, 2) == pytest.approx(1.0)
+    flat = torch.ones(2, 64, dtype=DT)
+    assert gm.last_elements_rel_size(flat, 8) == pytest.approx(math.sqrt(8 / 64))
+    assert gm.last_elements_rel_size(torch.zeros(2, 64, dtype=DT), 8) == 0.0
+
+
+def test_random_control_has_the_attack_norm_at_most(gen):
+    base = torch.zeros(2, 4, 64, dtype=DT)
+    like = torch.randn(2, 4, 64, generator=gen, dtype=DT) * 0.01
+    rnd = gm.random_perturbations(base, like, 1.0, (-1.0, 1.0), seed=1)
+    torch.testing.assert_close(  # no clipping is active at this size: the norms agree
+        torch.linalg.vector_norm(rnd, dim=-1), torch.linalg.vector_norm(like, dim=-1)
+    )
+    clipped = gm.random_perturbations(base, like * 1e3, 0.05, (-1.0, 1.0), seed=1)
+    assert float(clipped.abs().max()) <= 0.05
+
+
+def test_wilson_interval():
+    lo, hi = gm.wilson_interval(0, 8)
+    assert lo == 0.0 and 0.3 < hi < 0.35  # the familiar 0/8 upper bound, about 0.32
+    lo, hi = gm.wilson_interval(4, 8)
+    assert lo == pytest.approx(1 - hi)  # symmetric around one half
+    with pytest.raises(ValueError, match="successes"):
+        gm.wilson_interval(9, 8)
+
+
+def test_bad_input(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    with pytest.raises(ValueError, match="eps"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.0, rng)
+    with pytest.raises(ValueError, match="eps"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, -0.1, rng)
+    members = int((y == c).sum())
+    with pytest.raises(ValueError, match="budget"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], members + 1, 0.1, rng)
+    with pytest.raises(ValueError, match="target index"):
+        gm.brew(surrogate, x, y, xt, yt, [len(xt)], [c], 5, 0.1, rng)
+    with pytest.raises(ValueError, match="y_train"):
+        gm.brew(surrogate, x, y[:-1], xt, yt, [t], [c], 5, 0.1, rng)
+    with pytest.raises(ValueError, match="y_test"):
+        gm.brew(surrogate, x, y, xt, yt[:-1], [t], [c], 5, 0.1, rng)
+    with pytest.raises(ValueError, match="true class"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [int(yt[t])], 5, 0.1, rng)
+    with pytest.raises(ValueError, match="budget"):
+        gm.choose_poisons(y, c, members + 1, 0)
