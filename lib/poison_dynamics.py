@@ -15,8 +15,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from lib._checks import DTYPE, as_int, as_list, as_positive_float, as_seeds
-from lib.flow import Trajectory, gradient_descent
+from lib._checks import (
+    DTYPE,
+    as_choice,
+    as_int,
+    as_list,
+    as_positive_float,
+    as_seed,
+    as_seeds,
+    as_tensor,
+)
+from lib.fast_dynamics import train_runs
+from lib.flow import ADAM_FORMS, OPTIMIZERS, Trajectory, gradient_descent
 from lib.poison import tie_gap
 from lib.relu_nets import gaussian_weights, relu_network
 from lib.ssm import (
@@ -82,6 +92,34 @@ class DynamicsSetting:
     warm: float = 0.0
     adam_eps: float = 1e-7
     adam_form: str = "keras"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a string, got {self.name!r:.60}")
+        as_int(self.d, "d", minimum=1)
+        kappa = as_int(self.kappa, "kappa", minimum=2)
+        as_int(self.n_baseline, "n_baseline", minimum=0)
+        as_int(self.n_special, "n_special", minimum=0)
+        for field_name in ("baseline_positions", "special_positions"):
+            positions = getattr(self, field_name)
+            if not isinstance(positions, tuple) or not positions:
+                raise ValueError(f"{field_name} must be a non-empty tuple, got {positions!r:.60}")
+            for p in positions:
+                as_int(p, field_name, minimum=1, maximum=kappa)
+        for field_name in ("sd_a", "sd_bc", "lr_clean", "lr_special", "adam_eps"):
+            as_positive_float(getattr(self, field_name), field_name)
+        if self.tie_exponent is not None:
+            as_positive_float(self.tie_exponent, "tie_exponent", allow_zero=True)
+        as_positive_float(self.stop_loss, "stop_loss", allow_zero=True)
+        as_positive_float(self.warm, "warm", allow_zero=True)
+        as_int(self.extra_steps, "extra_steps", minimum=0)
+        as_choice(self.optimizer, "optimizer", OPTIMIZERS)
+        as_choice(self.adam_form, "adam_form", ADAM_FORMS)
+        if (self.hidden is None) != (self.sd_mlp is None):
+            raise ValueError("hidden and sd_mlp go together: give both (an MLP) or neither")
+        if self.hidden is not None:
+            as_int(self.hidden, "hidden", minimum=1)
+            as_positive_float(self.sd_mlp, "sd_mlp")
 
     @property
     def with_mlp(self) -> bool:
@@ -185,6 +223,7 @@ TABLE3_ROW3 = replace(
 def impulse_error(runs: DynamicsRuns, *, length: int = 40) -> np.ndarray:
     """Row 2's metric for every run: max_{k < length} |h_k − 1| (teacher A* = B* = C* = 1, whose
     largest impulse entry is 1, so this is also the normalized error). Shape ``(R,)``."""
+    _check_runs(runs)
     length = as_int(length, "length", minimum=1)
     final = runs.trajectory.final
     h = impulse_response(final["a"], final["b"], final["c"], length)
@@ -197,6 +236,7 @@ def relative_test_error(
     """Row 3's metric for every run: ‖ŷ − y‖ / ‖y‖ on n N(0, 1) test sequences of the given
     length, drawn with the seed ``seed + 12`` of each run (the authors' convention), for the
     parameters recorded at position ``index`` of the trajectory (default: the end)."""
+    _check_runs(runs)
     n = as_int(n, "n", minimum=1)
     length = as_int(length, "length", minimum=1)
     if not runs.setting.with_mlp:
@@ -221,7 +261,8 @@ def dynamics_init(setting: DynamicsSetting, seed: int) -> dict[str, torch.Tensor
     D_in (d_h×1), D_hidden (d_h×d_h), D_out (1×d_h) with N(0, sd_mlp²) entries. The tie gaps of
     Figure 2 (≈ 2e-19) are below float64 resolution, i.e. exact ties, broken only through c.
     """
-    seed = as_int(seed, "seed", minimum=0)
+    _check_setting(setting)
+    seed = as_seed(seed)
     rng = np.random.RandomState(seed)
     d = setting.d
     gap = None if setting.tie_exponent is None else tie_gap(setting.sd_a, setting.tie_exponent)
@@ -246,6 +287,7 @@ def dynamics_data(
     The baseline sequences are identical with and without the special ones (they are drawn first),
     so the special examples are *appended* to the clean training set, as in the paper.
     """
+    _check_setting(setting)
     x_base, x_special = baseline_and_special(
         setting.kappa,
         setting.n_baseline,
@@ -266,6 +308,11 @@ def ssm_mlp_output(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Te
     ``params`` holds a, b, c of shape ``(R, d)`` and D_in, D_hidden, D_out of shapes
     ``(R, d_h, 1)``, ``(R, d_h, d_h)``, ``(R, 1, d_h)``. Returns ``(R, n)``.
     """
+    params = _check_mlp_params(params, finite=True)
+    runs = params["a"].shape[0]
+    x = as_tensor(x, "x", shape=(runs, None, None))
+    if x.shape[-1] < 1:
+        raise ValueError(f"x must have shape (R, n, kappa) with kappa >= 1, got {tuple(x.shape)}")
     h = impulse_response(params["a"], params["b"], params["c"], x.shape[-1])
     z = (x * h.flip(-1).unsqueeze(-2)).sum(-1)
     weights = [params["d_in"], params["d_hidden"], params["d_out"]]
@@ -277,11 +324,26 @@ def ssm_mlp_loss_gradient(x: torch.Tensor, y: torch.Tensor, weights: torch.Tenso
 
     Back-propagation through the two ReLU layers, then the SSM's closed-form pullback: about three
     times faster than autograd for these tiny networks, whose clean runs need 10⁴–10⁵ Adam steps.
-    Data of shapes ``(R, n, κ)``, ``(R, n)``, ``(R, n)``; returns a ``gradient`` closure for
-    :func:`lib.flow.gradient_descent` with ``runs = R``.
+    Data of shapes ``(R, n, κ)``, ``(R, n)``, ``(R, n)`` (weights non-negative); returns a
+    ``gradient`` closure for :func:`lib.flow.gradient_descent` with ``runs = R``. The closure checks
+    the parameters' keys, dtypes and shapes against the data (not their finiteness: a diverging run
+    is the optimizer's to report).
     """
+    x = as_tensor(x, "x", ndim=3)
+    runs, n, kappa = x.shape
+    if runs == 0 or n == 0 or kappa == 0:
+        raise ValueError(f"x must have shape (R, n, kappa) with R, n, kappa >= 1, got {x.shape}")
+    y = as_tensor(y, "y", shape=(runs, n))
+    weights = as_tensor(weights, "weights", shape=(runs, n))
+    if bool((weights < 0).any()):
+        raise ValueError("weights must be non-negative (they weight squared residuals)")
 
     def gradient(params):
+        params = _check_mlp_params(params, finite=False)
+        if params["a"].shape[0] != runs:
+            raise ValueError(
+                f"params have {params['a'].shape[0]} runs but the data have R = {runs}"
+            )
         z, ssm_backward = _ssm_output_vjp(params["a"], params["b"], params["c"], x)
         d_in, d_hidden, d_out = params["d_in"], params["d_hidden"], params["d_out"]
         pre1 = z.unsqueeze(-1) * d_in.squeeze(-1).unsqueeze(-2)  # (R, n, h)
@@ -300,6 +362,55 @@ def ssm_mlp_loss_gradient(x: torch.Tensor, y: torch.Tensor, weights: torch.Tenso
         return (weights * residual**2).sum(-1), grads
 
     return gradient
+
+
+MLP_KEYS = ("a", "b", "c", "d_in", "d_hidden", "d_out")
+
+
+def _check_mlp_params(params, *, finite: bool) -> dict[str, torch.Tensor]:
+    """Keys, dtypes and shapes of SSM + MLP parameters with a run axis (finiteness optional)."""
+    if not isinstance(params, dict) or set(params) != set(MLP_KEYS):
+        got = sorted(params) if isinstance(params, dict) else type(params).__name__
+        raise ValueError(f"params must be a dict with keys {list(MLP_KEYS)}, got {got}")
+    for key in MLP_KEYS:
+        value = params[key]
+        if not isinstance(value, torch.Tensor) or value.dtype != DTYPE:
+            raise ValueError(
+                f"params[{key!r}] must be a float64 tensor, got {getattr(value, 'dtype', value)!r}"
+            )
+        if finite:
+            as_tensor(value, f"params[{key!r}]")
+    a = params["a"]
+    if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"params['a'] must have shape (R, d) with R, d >= 1, got {tuple(a.shape)}")
+    runs, d = a.shape
+    hidden = params["d_hidden"].shape[-1] if params["d_hidden"].ndim == 3 else -1
+    expected = {
+        "b": (runs, d),
+        "c": (runs, d),
+        "d_in": (runs, hidden, 1),
+        "d_hidden": (runs, hidden, hidden),
+        "d_out": (runs, 1, hidden),
+    }
+    for key, shape in expected.items():
+        if tuple(params[key].shape) != shape or hidden < 1:
+            raise ValueError(
+                f"params[{key!r}] must have shape {shape} (R = {runs}, d = {d}, d_h = {hidden}), "
+                f"got {tuple(params[key].shape)}"
+            )
+    return params
+
+
+def _check_setting(setting) -> None:
+    if not isinstance(setting, DynamicsSetting):
+        raise ValueError(f"setting must be a DynamicsSetting, got {type(setting).__name__}")
+
+
+def _check_runs(runs) -> None:
+    if not isinstance(runs, DynamicsRuns):
+        raise ValueError(
+            f"runs must be the DynamicsRuns of train_dynamics, got {type(runs).__name__}"
+        )
 
 
 @dataclass(frozen=True)
@@ -322,9 +433,14 @@ class DynamicsRuns:
 
     def run(self, r: int) -> tuple[dict[str, np.ndarray], torch.Tensor, torch.Tensor]:
         """Run r's parameter history ``{name: (T, ...)}`` and its unpadded data ``(x, y)``."""
+        r = self._run_number(r)
         history = {k: v[:, r] for k, v in self.trajectory.params.items()}
         n = self.sizes[r]
         return history, self.x[r, :n], self.y[r, :n]
+
+    def _run_number(self, r) -> int:
+        count = len(self.seeds)
+        return as_int(r, "r", minimum=-count, maximum=count - 1) % count
 
     def index(self, seed: int, scale: float | None) -> int:
         """The run number of a (seed, special scale) pair."""
@@ -335,6 +451,7 @@ class DynamicsRuns:
 
     def active(self, r: int) -> np.ndarray:
         """Mask of the recorded iterations up to the end of run r (afterwards it is frozen)."""
+        r = self._run_number(r)
         return self.trajectory.times <= self.trajectory.info["steps_run"][r]
 
     def initial_gain(self, r: int) -> float:
@@ -343,6 +460,7 @@ class DynamicsRuns:
         The ReLU network is positively homogeneous, so this is its slope on positive SSM outputs.
         Only for the SSM + MLP setting.
         """
+        r = self._run_number(r)
         if not self.setting.with_mlp:
             raise ValueError("initial_gain is defined for the SSM + MLP setting only")
         p = self.trajectory.at(0)
@@ -377,6 +495,7 @@ def train_dynamics(
     special_scales: Sequence[float | None] = (None, 1.0),
     max_steps: int = 200_000,
     record_every: int = 100,
+    engine: str = "compiled",
 ) -> DynamicsRuns:
     """Train one run per (seed, special scale) pair, all at once, with the paper's protocol.
 
@@ -385,9 +504,17 @@ def train_dynamics(
     learning rate (``lr_clean`` or ``lr_special``), adaptive step or Adam state and stopping time
     (loss ≤ ``stop_loss``, then ``extra_steps``), capped at ``max_steps``. Gradients are computed
     in closed form (:func:`lib.ssm.square_loss_gradient`, :func:`ssm_mlp_loss_gradient`).
+
+    ``engine="compiled"`` (the default) runs each run's whole training loop compiled by numba
+    (:mod:`lib.fast_dynamics`), some ten times faster per step; ``engine="torch"`` runs the same
+    protocol through :func:`lib.flow.gradient_descent`. The two agree up to floating-point
+    rounding (the order of sums differs), as the tests check.
     """
+    _check_setting(setting)
     seeds = as_seeds(seeds)
     special_scales = as_list(special_scales, "special_scales")
+    max_steps = as_int(max_steps, "max_steps", minimum=0)
+    record_every = as_int(record_every, "record_every", minimum=1)
     pairs = [(seed, scale) for seed in seeds for scale in special_scales]
     data = [dynamics_data(setting, seed, special_scale=scale) for seed, scale in pairs]
     sizes = [x.shape[0] for x, _ in data]
@@ -401,6 +528,21 @@ def train_dynamics(
     params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
     lrs = [setting.lr_clean if scale is None else setting.lr_special for _, scale in pairs]
 
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "compiled":
+        trajectory = _train_compiled(setting, params, x, y, weights, sizes, lrs, max_steps,
+                                     record_every)  # fmt: skip
+        return DynamicsRuns(
+            setting=setting,
+            seeds=[seed for seed, _ in pairs],
+            scales=[scale for _, scale in pairs],
+            trajectory=trajectory,
+            x=x,
+            y=y,
+            weights=weights,
+            sizes=sizes,
+        )
     if setting.with_mlp:
         gradient = ssm_mlp_loss_gradient(x, y, weights)
     else:
@@ -429,3 +571,38 @@ def train_dynamics(
         weights=weights,
         sizes=sizes,
     )
+
+
+ENGINES = ("compiled", "torch")
+
+
+def _train_compiled(setting, params, x, y, weights, sizes, lrs, max_steps, record_every):
+    """The runs of :func:`train_dynamics` through :func:`lib.fast_dynamics.train_runs`."""
+    names = list(params)
+    runs = len(lrs)
+    shapes = [tuple(params[k].shape[1:]) for k in names]
+    bounds = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
+    theta0 = np.concatenate([params[k].reshape(runs, -1).numpy() for k in names], axis=1)
+    times, states, losses, etas, info = train_runs(
+        theta0,
+        x.numpy(),
+        y.numpy(),
+        weights.numpy(),
+        sizes,
+        d=setting.d,
+        hidden=setting.hidden or 0,
+        bounds=bounds,
+        lrs=np.asarray(lrs, dtype=np.float64),
+        steps=max_steps,
+        optimizer=setting.optimizer,
+        stop_loss=setting.stop_loss,
+        extra_steps=setting.extra_steps,
+        record_every=record_every,
+        adam_eps=setting.adam_eps,
+        adam_form=setting.adam_form,
+    )
+    history = {
+        k: states[:, :, bounds[i] : bounds[i + 1]].reshape((len(times), runs, *shapes[i]))
+        for i, k in enumerate(names)
+    }
+    return Trajectory(times=times, params=history, losses=losses, step_sizes=etas, info=info)
