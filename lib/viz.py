@@ -18,6 +18,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lib._checks import as_int
 from lib.config import book_mode
 
 COLORS = {
@@ -104,8 +105,13 @@ def plot_loss(
     ax, times, losses, *, label: str | None = None, color: str | None = None, logx: bool = False
 ) -> None:
     """Loss curve on a log scale (log–log with ``logx``, dropping times <= 0)."""
-    times = np.asarray(times, dtype=float)
-    losses = np.asarray(losses, dtype=float)
+    if not isinstance(logx, bool):
+        raise ValueError(f"logx must be True or False, got {logx!r:.60}")
+    try:
+        times = np.asarray(times, dtype=float)
+        losses = np.asarray(losses, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("times and losses must be 1-D sequences of numbers") from None
     if times.shape != losses.shape or times.ndim != 1:
         raise ValueError(
             f"times and losses must be 1-D of one length, got {times.shape}, {losses.shape}"
@@ -162,6 +168,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) 
 
     Chapters use it to set reproduced numbers beside the paper's.
     """
+    digits = as_int(digits, "digits", minimum=1, maximum=17)
+    if isinstance(headers, str) or not isinstance(headers, Sequence):
+        raise ValueError(f"headers must be a list of strings, got {headers!r:.60}")
     headers = [str(h) for h in headers]
     if not headers:
         raise ValueError("table needs at least one header")
@@ -200,6 +209,8 @@ class Slider:
             raise ValueError(f"Slider needs lo < hi, got lo={self.lo}, hi={self.hi}")
         if not self.lo <= self.default <= self.hi:
             raise ValueError(f"Slider default {self.default} is outside [{self.lo}, {self.hi}]")
+        if not isinstance(self.log, bool):
+            raise ValueError(f"Slider.log must be True or False, got {self.log!r:.60}")
         if self.log and self.lo <= 0:
             raise ValueError(f"a log-scale Slider needs lo > 0, got lo={self.lo}")
 
@@ -290,6 +301,7 @@ def explore(
     *,
     animate: str | None = None,
     frames: int = 6,
+    grid: bool = False,
     figsize: tuple[float, float] = (8.0, 3.6),
     **params,
 ):
@@ -301,7 +313,10 @@ def explore(
 
     * ``live``: sliders; the figure is redrawn when a slider is released.
     * ``build``: an animation over ``frames`` values of the parameter ``animate`` (default: the
-      first), the others at their defaults.
+      first), the others at their defaults; with ``grid=True`` instead, one slider per parameter
+      over precomputed frames of every combination (each :class:`Choice`'s options, ``frames``
+      values of each :class:`Slider`), see :func:`slider_grid_html`. Meant for small parameter
+      spaces: the page carries every frame.
     * ``test``: a single frame at the defaults.
 
     Returns ``None`` (so that a notebook does not display the figure twice).
@@ -317,6 +332,8 @@ def explore(
         raise ValueError(f"animate must name one of the parameters {list(specs)}, got {animate!r}")
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
         raise ValueError(f"frames must be an integer >= 2, got {frames!r}")
+    if not isinstance(grid, bool):
+        raise ValueError(f"grid must be True or False, got {grid!r}")
     defaults = {name: spec.default for name, spec in specs.items()}
     mode = book_mode()
 
@@ -324,6 +341,12 @@ def explore(
         fig = plt.figure(figsize=figsize)
         fn(fig, **defaults)
         plt.show()
+        return None
+
+    if mode == "build" and grid:
+        from IPython.display import HTML, display
+
+        display(HTML(slider_grid_html(fn, specs, frames=frames, figsize=figsize)))
         return None
 
     if mode == "build":
@@ -356,3 +379,91 @@ def explore(
     output = widgets.interactive_output(update, controls)
     display(widgets.VBox([widgets.HBox(list(controls.values())), output]))
     return None
+
+
+# The multi-slider figure: every frame as a PNG data URI in one JavaScript array (row-major over
+# the sliders, the first slider slowest); moving a slider shows the frame of the current indices.
+_GRID_SCRIPT = """<script>
+(function () {
+  var root = document.getElementById("%(uid)s");
+  var frames = %(frames)s, labels = %(labels)s;
+  var image = root.querySelector("img"), sliders = root.querySelectorAll("input[type=range]");
+  function show() {
+    var index = 0;
+    sliders.forEach(function (slider, k) {
+      var i = parseInt(slider.value, 10);
+      index = index * labels[k].length + i;
+      slider.nextElementSibling.textContent = labels[k][i];
+    });
+    image.src = frames[index];
+  }
+  sliders.forEach(function (slider) { slider.addEventListener("input", show); });
+  show();
+})();
+</script>"""
+
+
+def _grid_label(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def slider_grid_html(
+    fn: Callable,
+    specs: Mapping[str, Slider | Choice],
+    *,
+    frames: int = 6,
+    figsize: tuple[float, float] = (8.0, 3.6),
+    dpi: int = 80,
+) -> str:
+    """A static figure with one slider per parameter, from precomputed frames (plain JavaScript).
+
+    ``fn(fig, **values)`` is drawn once for every combination of the parameters' values (each
+    :class:`Choice`'s options, ``frames`` values of each :class:`Slider`) and saved as a PNG at
+    ``dpi``; the HTML holds all of them, so its size grows with the product of the counts. Each
+    slider starts at its parameter's default (the nearest grid value for a :class:`Slider`).
+    """
+    import base64
+    import io
+    import itertools
+    import json
+    import uuid
+
+    if not specs:
+        raise ValueError("slider_grid_html needs at least one parameter")
+    values = {name: spec.frames(frames) for name, spec in specs.items()}
+    starts = {}
+    for name, spec in specs.items():
+        options = values[name]
+        if spec.default in options:
+            starts[name] = options.index(spec.default)
+        else:  # a Slider's default between grid values: the nearest one
+            starts[name] = int(np.argmin([abs(v - spec.default) for v in options]))
+    images = []
+    fig = plt.figure(figsize=figsize)
+    for combination in itertools.product(*values.values()):
+        fig.clear()
+        fn(fig, **dict(zip(values, combination, strict=True)))
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=dpi)
+        images.append("data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode())
+    plt.close(fig)
+    uid = f"slider-grid-{uuid.uuid4().hex[:12]}"
+    controls = "".join(
+        f'<label style="margin-right:1.5em">{html.escape(name)} '
+        f'<input type="range" name="{html.escape(name)}" min="0" max="{len(options) - 1}" '
+        f'step="1" value="{starts[name]}"> <output></output></label>'
+        for name, options in values.items()
+    )
+    labels = [[_grid_label(v) for v in options] for options in values.values()]
+    script = _GRID_SCRIPT % {
+        "uid": uid,
+        "frames": json.dumps(images),
+        "labels": json.dumps(labels),
+    }
+    return (
+        f'<div class="slider-grid" id="{uid}">'
+        f'<img alt="figure for the chosen parameter values" style="max-width:100%">'
+        f"<div>{controls}</div></div>\n{script}"
+    )

@@ -1,0 +1,154 @@
+"""A Sphinx extension for the online book: downloadable notebooks, launch links, the API page.
+
+Loaded by ``_config.yml`` (``sphinx: local_extensions: {book_site: tools/}``). It does three jobs:
+
+1. **Downloadable notebooks.** For every chapter written as a jupytext MyST notebook it writes
+   ``_sources/<page>.ipynb`` into the built site (where the theme's download button points): the
+   chapter converted with jupytext, with one cell prepended that, outside a clone of the
+   repository (Colab, Binder), clones the repository, installs ``lib`` from it and moves to its
+   ``book/`` folder; inside a clone it does nothing.
+2. **Launch links to those notebooks.** Colab and Binder cannot open a ``.md`` chapter, so their
+   buttons are pointed at the ``.ipynb`` above, on the branch that the site is published from
+   (``book_site_pages_branch``, the ``gh-pages`` branch written by
+   ``.github/workflows/pages.yml``).
+3. **The API reference.** The directive ``lib-modules`` documents every module of ``lib``
+   (``pkgutil`` lists them, so a new module appears without editing the page) with autodoc. The
+   docstrings write formulas in plain text, where ``|x|`` is an absolute value; the bars are
+   escaped before rST reads them, so they are shown as written.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+from sphinx.util.nodes import nested_parse_with_titles
+
+LOGGER = logging.getLogger(__name__)
+
+COLAB = "https://colab.research.google.com"
+BINDER = "https://mybinder.org"
+
+# The first cell of every downloadable notebook. `lib.flow` (not just `lib`) is looked up, so that
+# an unrelated package called `lib` does not count as the book's library.
+INSTALL_CELL = """\
+# Outside a clone of the book's repository (Colab, Binder), fetch the repository, install its
+# library `lib` and work in its book/ folder; in a clone (lib installed by `make`) do nothing.
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("lib") is None or importlib.util.find_spec("lib.flow") is None:
+    REPOSITORY = "{url}"
+    target = os.path.abspath("implicit-bias-book")
+    if not os.path.isdir(target):
+        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, target], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", target], check=True)
+    importlib.invalidate_caches()
+    os.chdir(os.path.join(target, "book"))"""
+
+
+def repository_parts(url: str) -> tuple[str, str]:
+    """``(owner, name)`` of a GitHub repository URL such as ``https://github.com/o/n``."""
+    prefix = "https://github.com/"
+    parts = url.removeprefix(prefix).strip("/").split("/")
+    if not url.startswith(prefix) or len(parts) != 2 or not all(parts):
+        raise ValueError(f"repository.url must look like {prefix}OWNER/NAME, got {url!r}")
+    return parts[0], parts[1]
+
+
+def notebook_with_install_cell(source: Path, repository_url: str) -> str:
+    """The chapter ``source`` (jupytext MyST) as ``.ipynb`` text, the install cell first."""
+    import jupytext
+    import nbformat
+
+    notebook = jupytext.read(source)
+    cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(url=repository_url))
+    notebook.cells.insert(0, cell)
+    for i, each in enumerate(notebook.cells):  # stable ids: the same chapter gives the same file
+        each["id"] = f"cell-{i}"
+    notebook.metadata.pop("jupytext", None)
+    return jupytext.writes(notebook, fmt="ipynb")
+
+
+def _launch_urls(owner: str, name: str, branch: str, path: str) -> dict[str, str]:
+    return {
+        "Colab": f"{COLAB}/github/{owner}/{name}/blob/{branch}/{path}",
+        "Binder": f"{BINDER}/v2/gh/{owner}/{name}/{branch}?urlpath=tree/{path}",
+    }
+
+
+def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doctree) -> None:
+    """Write the page's downloadable notebook and point the launch buttons at it."""
+    if not context.get("ipynb_source"):  # set by the theme for notebook pages only
+        return
+    source = Path(app.env.doc2path(pagename))
+    repository_url = app.config.html_theme_options.get("repository_url", "")
+    owner, name = repository_parts(repository_url)
+    site_path = f"_sources/{pagename}.ipynb"
+    target = Path(app.outdir) / site_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(notebook_with_install_cell(source, repository_url), encoding="utf-8")
+    urls = _launch_urls(owner, name, app.config.book_site_pages_branch, site_path)
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in group.get("buttons", []):
+            if button.get("text") in urls:
+                button["url"] = urls[button["text"]]
+
+
+# In the plain-text formulas of lib's docstrings, |x| is an absolute value, not an rST
+# substitution reference: escape a bar outside ``literals`` and :math:`roles`.
+_LITERAL = re.compile(r"(``.*?``|:math:`[^`]*`)")
+
+
+def escape_bars(line: str) -> str:
+    """``line`` with every ``|`` outside inline literals and math roles escaped for rST."""
+    parts = _LITERAL.split(line)
+    return "".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
+
+
+def on_docstring(app: Sphinx, what: str, name: str, obj, options, lines: list[str]) -> None:
+    """Read lib's docstrings as written: their bars are absolute values (see escape_bars)."""
+    if name == "lib" or name.startswith("lib."):
+        lines[:] = [escape_bars(line) for line in lines]
+
+
+class LibModules(SphinxDirective):
+    """``.. lib-modules::`` — one section per module of ``lib``, documented with automodule."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        package = importlib.import_module("lib")
+        names = sorted(
+            info.name
+            for info in pkgutil.iter_modules(package.__path__)
+            if not info.name.startswith("_")
+        )
+        lines: list[str] = []
+        for name in names:
+            title = f"``lib.{name}``"
+            lines += [title, "-" * len(title), "", f".. automodule:: lib.{name}"]
+            lines += ["   :members:", ""]
+        container = nodes.section()
+        container.document = self.state.document
+        nested_parse_with_titles(self.state, StringList(lines, source="lib-modules"), container)
+        return container.children
+
+
+def setup(app: Sphinx) -> dict:
+    app.add_config_value("book_site_pages_branch", "gh-pages", "html")
+    app.add_directive("lib-modules", LibModules)
+    app.connect("html-page-context", on_page_context, priority=600)
+    app.connect("autodoc-process-docstring", on_docstring)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
