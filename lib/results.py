@@ -101,6 +101,26 @@ def save_results(
     return path
 
 
+def glue(name: str, value) -> None:
+    """Glue a number or a string into the chapter's text (myst-nb), not displayed here.
+
+    numpy and torch scalars become plain Python numbers first: myst-nb formats ``{glue:text}``
+    from the value's text form, which it can read back only for plain numbers, not for
+    ``np.float64(...)``.
+    """
+    from myst_nb import glue as myst_glue  # a book dependency; imported only in chapters
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        plain = float(value)  # shown as nan / inf: a missing value stays visible
+    else:
+        plain = _plain(value)
+    if not isinstance(plain, (bool, int, float, str)):
+        raise ValueError(f"glue takes one number or string, got {type(value).__name__}")
+    myst_glue(name, plain, display=False)
+
+
 def load_results(chapter: str) -> dict:
     """The record written by :func:`save_results` for ``chapter``.
 

@@ -48,3 +48,23 @@ def test_missing_file_names_the_command(tmp_results):
 def test_non_numbers_and_non_finite_values_are_rejected(bad, tmp_results):
     with pytest.raises(ValueError):
         results.save_results("c", results={"x": bad}, settings={}, seeds=[], command="x", seconds=0)
+
+
+def test_glue_passes_plain_python_values(monkeypatch):
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: glued.update({name: value}))
+    results.glue("x", np.float64(0.25))
+    results.glue("n", np.int64(3))
+    results.glue("t", torch.tensor(2.0, dtype=torch.float64))
+    results.glue("s", "inside")
+    results.glue("missing", np.nan)
+    assert glued["x"] == 0.25 and type(glued["x"]) is float
+    assert glued["n"] == 3 and type(glued["n"]) is int
+    assert glued["t"] == 2.0 and type(glued["t"]) is float
+    assert glued["s"] == "inside" and np.isnan(glued["missing"])
+    with pytest.raises(ValueError):
+        results.glue("v", np.array([1.0, 2.0]))
+    with pytest.raises(ValueError):
+        results.glue("", 1.0)
