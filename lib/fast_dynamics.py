@@ -38,7 +38,7 @@ OPTIMIZER_CODES = {"gd": GD, "adaptive": ADAPTIVE, "adam": ADAM}
 def _loss_and_gradient(theta, grad, x, y, w, n, d, hidden, work):
     """ℓ(θ) into the return value and ∇ℓ(θ) into ``grad`` (θ = a, b, c[, D_in, D_hid, D_out]).
 
-    ``work`` is scratch space of at least 2·n·d + n·(3h + 2) + 2n entries.
+    ``work`` is scratch space of at least 2·n·d + 2n + 3h entries.
     """
     kappa = x.shape[1]
     feats = work[: n * d].reshape((n, d))
@@ -79,41 +79,46 @@ def _loss_and_gradient(theta, grad, x, y, w, n, d, hidden, work):
         g_out = grad[base + h + h * h : base + 2 * h + h * h]
         offset = 2 * n * d + 2 * n
         pre1 = work[offset : offset + h]
-        post1 = work[offset + h : offset + 2 * h]
-        pre2 = work[offset + 2 * h : offset + 3 * h]
-        back2 = work[offset + 3 * h : offset + 4 * h]
+        pre2 = work[offset + h : offset + 2 * h]
+        back2 = work[offset + 2 * h : offset + 3 * h]
+        on1 = np.empty(h, np.int64)  # indices of the active units of each layer: a ReLU that is
+        on2 = np.empty(h, np.int64)  # off contributes nothing, forward or backward
         for i in range(n):
             z = phi[i]
+            n1 = 0
             for k in range(h):
                 pre1[k] = z * d_in[k]
-                post1[k] = pre1[k] if pre1[k] > 0.0 else 0.0
+                if pre1[k] > 0.0:
+                    on1[n1] = k
+                    n1 += 1
             out = 0.0
+            n2 = 0
             for q in range(h):
                 s = 0.0
-                for k in range(h):
-                    s += d_hid[q, k] * post1[k]
+                for t in range(n1):
+                    s += d_hid[q, on1[t]] * pre1[on1[t]]
                 pre2[q] = s
                 if s > 0.0:
                     out += d_out[q] * s
+                    on2[n2] = q
+                    n2 += 1
             r = out - y[i]
             loss += w[i] * r * r
             cot = 2.0 * w[i] * r
-            for q in range(h):
-                if pre2[q] > 0.0:
-                    g_out[q] += cot * pre2[q]
-                    back2[q] = cot * d_out[q]
-                else:
-                    back2[q] = 0.0
+            for t in range(n2):
+                q = on2[t]
+                g_out[q] += cot * pre2[q]
+                back2[q] = cot * d_out[q]
             ui = 0.0
-            for k in range(h):
-                if pre1[k] > 0.0:
-                    s = 0.0
-                    for q in range(h):
-                        s += back2[q] * d_hid[q, k]
-                    g_in[k] += s * z
-                    ui += s * d_in[k]
-                for q in range(h):
-                    g_hid[q, k] += back2[q] * post1[k]
+            for t1 in range(n1):
+                k = on1[t1]
+                s = 0.0
+                for t in range(n2):
+                    q = on2[t]
+                    s += back2[q] * d_hid[q, k]
+                    g_hid[q, k] += back2[q] * pre1[k]
+                g_in[k] += s * z
+                ui += s * d_in[k]
             u[i] = ui
     for j in range(d):
         s_feat = 0.0
