@@ -22,7 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TOC = ROOT / "_toc.yml"
-SUFFIXES = (".md", ".ipynb")
+SUFFIXES = (".md", ".ipynb", ".rst")  # .rst: plain Sphinx pages (the API reference)
 
 
 def _files(entry: object) -> Iterator[str]:
@@ -48,13 +48,17 @@ def _resolve(name: str, root: Path) -> Path:
         candidate = path.with_name(path.name + suffix)
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"_toc.yml lists {name!r}, but no {name}.md or {name}.ipynb exists")
+    raise FileNotFoundError(
+        f"_toc.yml lists {name!r}, but no {name}.md, {name}.ipynb or {name}.rst exists"
+    )
 
 
 def is_notebook(path: Path) -> bool:
     """True for an ``.ipynb`` file or a jupytext MyST notebook (front matter with a kernel)."""
     if path.suffix == ".ipynb":
         return True
+    if path.suffix != ".md":
+        return False
     text = path.read_text(encoding="utf-8")
     if not text.startswith("---"):
         return False
