@@ -1,0 +1,718 @@
+"""The saddle at the origin of deep ReLU networks and its escape directions.
+
+After Bantzis, Simon & Jacot 2025, "Saddle-to-saddle dynamics in deep ReLU networks".
+
+Conventions (all functions of this module)
+------------------------------------------
+* Data ``X`` has shape ``(N, d_in)``: the N inputs are the **rows** (the paper stores them as
+  columns, X ∈ R^{d_in×N}; only the orientation differs).
+* ``G`` is the gradient of the cost at the zero output, G = ∇C(0): shape ``(N,)`` for a scalar
+  output, or ``(N, d_out)``; row i belongs to input x_i. For the squared loss
+  C(Y) = ‖Y − Y*‖²/(2N), G = −Y*/N; for the mean softmax cross-entropy,
+  G = (1/N)(1/K − onehot(y)) (:func:`cross_entropy_gradient`).
+* A network is a list of weight matrices W_1 ∈ R^{n_1×d_in}, …, W_L ∈ R^{d_out×n_{L−1}} (out ×
+  in, as in the paper), without biases, ReLU σ after every layer but the last
+  (:mod:`lib.relu_nets`).
+  Weights may carry a leading axis of independent runs (seeds).
+* θ = (W_1, …, W_L) and ‖θ‖² = Σ_ℓ ‖W_ℓ‖_F².
+
+Near θ = 0 the loss is C(0) + L₀(θ) + O(‖Y_θ‖²) with the *localized loss* (§2)
+
+    L₀(θ) = Tr[Gᵀ Y_θ] = Σ_i ⟨G_i, f_θ(x_i)⟩,
+
+positively homogeneous of degree L. An *escape direction* (Definition 2.1) is a ρ with ‖ρ‖² = L and
+∇L₀(ρ) = −s ρ, s > 0 the *escape speed*; by Euler's identity s = −L₀(ρ) > 0 (the speed is minus
+the value: L₀ < 0 means the loss goes down). The optimal speed is
+
+    s*(L) = −min_{‖θ‖² = L} L₀(θ).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+from lib._checks import DTYPE, as_int, as_list, as_positive_float, as_seeds, as_tensor
+from lib.flow import Trajectory, gradient_descent
+from lib.relu_nets import relu_network
+
+__all__ = [
+    "EscapeSearch",
+    "cross_entropy_gradient",
+    "deepen",
+    "escape_direction",
+    "escape_search",
+    "escape_speed",
+    "example1",
+    "example1_rank2_weights",
+    "layer_statistics",
+    "linear_escape_speed",
+    "localized_gradient",
+    "localized_loss",
+    "proposition33_bound",
+    "proposition34_bound",
+    "radius_along_escape",
+    "rank1_escape_speed",
+    "rank1_speed_profile",
+    "saddle_to_saddle_run",
+    "speed_of",
+    "speed_upper_bound",
+    "stable_rank",
+    "tail_mass",
+    "theorem31_bound",
+    "theorem31_constant",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Data and the localized loss
+# --------------------------------------------------------------------------------------------
+
+
+def _as_data(X, G) -> tuple[torch.Tensor, torch.Tensor]:
+    """X as an (N, d_in) tensor and G as an (N, d_out) tensor (a (N,) G becomes one column)."""
+    X = as_tensor(X, "X", ndim=2)
+    G = as_tensor(G, "G")
+    if G.ndim == 1:
+        G = G.unsqueeze(-1)
+    if G.ndim != 2:
+        raise ValueError(f"G must have shape (N,) or (N, d_out), got shape {tuple(G.shape)}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(f"X must hold at least one point of dimension >= 1, got {tuple(X.shape)}")
+    if G.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"G must have one row per data point: X has N = {X.shape[0]} rows (points as rows), "
+            f"G has {G.shape[0]}"
+        )
+    if not bool(G.abs().sum() > 0):
+        raise ValueError("G must not be zero: a zero gradient at the origin has no escape")
+    return X, G
+
+
+def _as_weights(weights, name: str = "weights") -> list[torch.Tensor]:
+    weights = as_list(weights, name)
+    return [as_tensor(w, f"{name}[{i}]", min_ndim=2) for i, w in enumerate(weights)]
+
+
+def localized_loss(weights: Sequence[torch.Tensor], X, G) -> torch.Tensor:
+    """L₀(θ) = Tr[Gᵀ Y_θ] = Σ_i ⟨G_i, f_θ(x_i)⟩ (§2 of the paper), one value per run.
+
+    ``weights`` as in :func:`lib.relu_nets.relu_network` (optionally with a leading run axis);
+    returns a tensor of shape ``(runs,)`` or a scalar. Differentiable.
+    """
+    X, G = _as_data(X, G)
+    weights = _as_weights(weights)
+    if weights[-1].shape[-2] != G.shape[1]:
+        raise ValueError(
+            f"the last layer has {weights[-1].shape[-2]} outputs but G has d_out = {G.shape[1]}"
+        )
+    outputs = relu_network(weights, X)  # (..., N, d_out)
+    return (outputs * G).sum(dim=(-1, -2))
+
+
+def _squared_norm(weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    return sum((w**2).sum(dim=(-1, -2)) for w in weights)
+
+
+def speed_of(weights: Sequence[torch.Tensor], X, G) -> torch.Tensor:
+    """The speed −L₀(ρ) of the direction ρ = √L θ/‖θ‖ of θ (the point of the √L-sphere on its ray).
+
+    By homogeneity this is −L₀(θ) (√L/‖θ‖)^L. Positive means escaping. One value per run.
+    """
+    weights = _as_weights(weights)
+    depth = len(weights)
+    scale = (depth / _squared_norm(weights)) ** (depth / 2)
+    return -localized_loss(weights, X, G) * scale
+
+
+def cross_entropy_gradient(labels, classes: int) -> torch.Tensor:
+    """G = ∇C(0) = (1/N)(1/K − onehot(y)), shape (N, K), for the mean softmax cross-entropy.
+
+    At the zero output every class has probability 1/K, so C(0) = log K: the first plateau.
+    """
+    classes = as_int(classes, "classes", minimum=2)
+    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
+        raise ValueError("labels must be a 1-D int64 tensor of class indices")
+    if len(labels) == 0 or int(labels.min()) < 0 or int(labels.max()) >= classes:
+        raise ValueError(f"labels must be non-empty and lie in 0..{classes - 1}")
+    onehot = torch.nn.functional.one_hot(labels, classes).to(DTYPE)
+    return (1.0 / classes - onehot) / len(labels)
+
+
+def example1() -> tuple[torch.Tensor, torch.Tensor]:
+    """Example 1: x_j = (sin(2πj/8), cos(2πj/8)), G_j = (−1)^j, j = 1, …, 8.
+
+    The coordinates are set exactly (0, ±1, ±1/√2), so that points on the axes and diagonals sit
+    exactly on the kinks of the eq. (2) network rather than one rounding error away.
+    """
+    s = math.sqrt(0.5)
+    X = [[s, s], [1, 0], [s, -s], [0, -1], [-s, -s], [-1, 0], [-s, s], [0, 1]]
+    G = [(-1.0) ** j for j in range(1, 9)]
+    return torch.tensor(X, dtype=DTYPE), torch.tensor(G, dtype=DTYPE)
+
+
+def example1_rank2_weights() -> list[torch.Tensor]:
+    """The rank-2 escape direction of eq. (2), with speed ½ on :func:`example1`.
+
+    W₁ = ½[[1, 0], [0, 1], [−1, 0], [0, −1]], W₂ = ½[1, −1, 1, −1], W₃ = [−1]. The paper prints
+    W₃ = [1], which with G_j = (−1)^j gives L₀ = +½ (ascent); the sign here makes L₀ = −½.
+    """
+    w1 = 0.5 * torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]], dtype=DTYPE)
+    w2 = 0.5 * torch.tensor([[1.0, -1.0, 1.0, -1.0]], dtype=DTYPE)
+    w3 = torch.tensor([[-1.0]], dtype=DTYPE)
+    return [w1, w2, w3]
+
+
+# --------------------------------------------------------------------------------------------
+# Closed forms for the speed
+# --------------------------------------------------------------------------------------------
+
+
+def _one_neuron_value(X: np.ndarray, G: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """‖Gᵀ σ(X w)‖₂ for each row w of ``directions`` (shape (M, d_in)) -> (M,)."""
+    active = np.maximum(directions @ X.T, 0.0)  # (M, N)
+    return np.linalg.norm(active @ G, axis=-1)
+
+
+def rank1_escape_speed(X, G) -> float:
+    """s₁ = max_{‖w‖=1} ‖Gᵀ σ(X w)‖₂, the best speed of a network whose layers are all rank 1.
+
+    For a scalar output this is max_w |Σ_i G_i σ(x_i·w)|, the maximum of eq. (6) for Example 1;
+    it is also the optimal speed of a shallow network, s*(2) = s₁ (the best shallow escape is a
+    single neuron: W₁ = e₁wᵀ, W₂ = u e₁ᵀ with u = −Gᵀσ(Xw)/‖Gᵀσ(Xw)‖).
+
+    Computed exactly, not by sampling: the maximum generally sits on a kink (a direction w ⟂ x_i).
+    For d_in = 2 the kinks split the circle into arcs on which the active set A is fixed and the
+    objective is ‖M_A w‖ with M_A = Σ_{i∈A} G_i x_iᵀ; its maximum over an arc is at an end (a kink)
+    or at ± the top right singular vector of M_A if that lies inside. All candidates are
+    enumerated. For d_in = 1 the candidates are w = ±1. For d_in ≥ 3 the problem is a
+    difference-of-convex maximization (NP-hard in general) and a ``ValueError`` is raised: use
+    :func:`escape_speed` with ``depth=2`` for a search (a lower bound).
+    """
+    X, G = _as_data(X, G)
+    Xn, Gn = X.numpy(), G.numpy()
+    d = Xn.shape[1]
+    if d == 1:
+        return float(_one_neuron_value(Xn, Gn, np.array([[1.0], [-1.0]])).max())
+    if d != 2:
+        raise ValueError(
+            f"rank1_escape_speed is exact only for d_in <= 2 (X has d_in = {d}); for larger "
+            "inputs use escape_speed(X, G, depth=2, ...) as a search"
+        )
+    keep = np.linalg.norm(Xn, axis=1) > 0
+    Xn, Gn = Xn[keep], Gn[keep]
+    if len(Xn) == 0:
+        return 0.0
+    point_angles = np.arctan2(Xn[:, 1], Xn[:, 0])
+    kinks = np.concatenate([point_angles + np.pi / 2, point_angles - np.pi / 2]) % (2 * np.pi)
+    kinks = np.unique(kinks)
+    candidates = [kinks]
+    ends = np.append(kinks[1:], kinks[0] + 2 * np.pi)
+    for start, end in zip(kinks, ends, strict=True):
+        middle = 0.5 * (start + end)
+        w_mid = np.array([math.cos(middle), math.sin(middle)])
+        active = Xn @ w_mid > 0
+        m = Gn[active].T @ Xn[active]  # (d_out, 2) = M_A
+        if not np.any(m):
+            continue
+        _, _, vt = np.linalg.svd(m)
+        for sign in (1.0, -1.0):
+            angle = math.atan2(sign * vt[0, 1], sign * vt[0, 0])
+            offset = (angle - start) % (2 * np.pi)
+            if offset <= end - start:
+                candidates.append(np.array([angle]))
+    angles = np.concatenate(candidates)
+    directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    return float(_one_neuron_value(Xn, Gn, directions).max())
+
+
+def rank1_speed_profile(X, G, angles) -> np.ndarray:
+    """s(φ) = ‖Gᵀσ(X w_φ)‖ for w_φ = (cos φ, sin φ), d_in = 2: eq. (6) of the paper for Example 1."""
+    X, G = _as_data(X, G)
+    if X.shape[1] != 2:
+        raise ValueError(f"the angle profile needs d_in = 2, got d_in = {X.shape[1]}")
+    angles = as_tensor(angles, "angles", ndim=1).numpy()
+    directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    return _one_neuron_value(X.numpy(), G.numpy(), directions)
+
+
+def linear_escape_speed(X, G) -> float:
+    """s*_lin = ‖Gᵀ X‖_op, the optimal speed of a deep *linear* network (σ = id), any L ≥ 2.
+
+    With a scalar output, ‖Σ_i G_i x_i‖₂. The optimum is rank 1 in every layer, built on the top
+    singular pair of −GᵀX (for the squared loss the input–output cross-covariance, as in Saxe et
+    al.).
+    """
+    X, G = _as_data(X, G)
+    return float(torch.linalg.matrix_norm(G.T @ X, ord=2))
+
+
+def speed_upper_bound(X, G) -> float:
+    """‖X‖_F ‖G‖_F ≥ s*(L) for every depth (Cauchy–Schwarz; ∏‖W_ℓ‖_op ≤ 1 on the sphere)."""
+    X, G = _as_data(X, G)
+    return float(torch.linalg.norm(X) * torch.linalg.norm(G))
+
+
+# --------------------------------------------------------------------------------------------
+# Searching for escape directions: projected gradient descent on the sphere
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EscapeSearch:
+    """Result of :func:`escape_search`, one entry per seed.
+
+    ``speeds``: (S,) final speeds −L₀; ``weights``: list of (S, n_ℓ, n_{ℓ−1}) tensors on the
+    sphere ‖θ‖² = L; ``history``: (steps + 1, S) speed after each step; ``seeds``.
+    """
+
+    speeds: np.ndarray
+    weights: list[torch.Tensor]
+    history: np.ndarray
+    seeds: tuple[int, ...]
+
+    def direction(self, index: int) -> list[torch.Tensor]:
+        """The weights of run ``index`` (a list of matrices)."""
+        index = as_int(index, "index", minimum=0)
+        if index >= len(self.seeds):
+            raise ValueError(f"index must be < {len(self.seeds)}, got {index}")
+        return [w[index].clone() for w in self.weights]
+
+    @property
+    def best(self) -> int:
+        """The index of the fastest run."""
+        return int(np.argmax(self.speeds))
+
+
+def _widths(X: torch.Tensor, G: torch.Tensor, depth: int, width: int) -> list[int]:
+    return [X.shape[1]] + [width] * (depth - 1) + [G.shape[1]]
+
+
+def _onto_sphere(weights: list[np.ndarray], radius: float) -> list[np.ndarray]:
+    """Rescale each run's θ (leading axis) onto the sphere ‖θ‖ = radius."""
+    scale = radius / np.sqrt(sum((w**2).sum(axis=(-1, -2)) for w in weights))
+    return [w * scale[:, None, None] for w in weights]
+
+
+def _forward_backward(
+    weights: list[np.ndarray], X: np.ndarray, cost
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A cost of the outputs and its gradient in every W_ℓ by backpropagation (σ'(0) = 0).
+
+    ``cost(Y) -> (value, ∂value/∂Y)`` acts on the outputs Y (runs on the leading axis). Plain
+    numpy: for these small networks it is several times faster than autograd (tested against
+    autograd in the unit tests).
+    """
+    hidden, activations, pre = X[None], [X[None]], []
+    for index, w in enumerate(weights):
+        z = hidden @ np.swapaxes(w, -1, -2)
+        pre.append(z)
+        hidden = np.maximum(z, 0.0) if index < len(weights) - 1 else z
+        activations.append(hidden)
+    value, delta = cost(hidden)
+    grads: list[np.ndarray] = [np.empty(0)] * len(weights)
+    for index in reversed(range(len(weights))):
+        grads[index] = np.swapaxes(delta, -1, -2) @ activations[index]
+        if index > 0:
+            delta = (delta @ weights[index]) * (pre[index - 1] > 0)
+    return value, grads
+
+
+def _localized_loss_and_gradient(
+    weights: list[np.ndarray], X: np.ndarray, G: np.ndarray
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """L₀ per run and its gradient (runs on the leading axis of every W_ℓ)."""
+    return _forward_backward(
+        weights, X, lambda y: ((y * G).sum(axis=(-1, -2)), np.broadcast_to(G, y.shape))
+    )
+
+
+def localized_gradient(weights: Sequence[torch.Tensor], X, G):
+    """``(L₀, [∂L₀/∂W_ℓ])`` for one network (no run axis), by backpropagation with σ'(0) = 0.
+
+    The same values as autograd on :func:`localized_loss`, faster; usable as the ``gradient``
+    closure of :func:`lib.flow.gradient_descent` (wrap the list into the parameter dict).
+    """
+    X, G = _as_data(X, G)
+    weights = _as_weights(weights)
+    if any(w.ndim != 2 for w in weights):
+        raise ValueError("localized_gradient takes one network: weights must be matrices")
+    value, grads = _localized_loss_and_gradient(
+        [w.detach().numpy()[None] for w in weights], X.numpy(), G.numpy()
+    )
+    return torch.tensor(float(value[0]), dtype=DTYPE), [torch.from_numpy(g[0]) for g in grads]
+
+
+def escape_search(
+    X,
+    G,
+    *,
+    depth: int,
+    width: int,
+    seeds: Sequence[int],
+    steps: int = 2000,
+    lr: tuple[float, float] = (0.3, 1e-5),
+) -> EscapeSearch:
+    """Projected gradient descent of L₀ on the sphere ‖θ‖² = L, vectorized over seeds.
+
+    Each seed draws θ₀ with i.i.d. standard normal entries (hidden widths all equal to ``width``)
+    and rescales it onto the sphere. Each step moves along the tangent part of the gradient,
+    g_⊥ = ∇L₀ − θ⟨θ, ∇L₀⟩/‖θ‖², by a fixed *angle* η_k (the step is η_k √L g_⊥/‖g_⊥‖), then
+    rescales onto the sphere. Normalizing the step matters at depth: at a random point the gradient
+    is of order n^{−L/2} and plain projected descent stalls. The angle decays geometrically from
+    ``lr[0]`` to ``lr[1]``: optimal directions sit on ReLU kinks, where a fixed step oscillates.
+    The fixed points of the iteration are the critical points of L₀ on the sphere (Definition
+    2.1); a run that ends with a positive speed ended near an escape direction.
+    """
+    X, G = _as_data(X, G)
+    depth = as_int(depth, "depth", minimum=2)
+    width = as_int(width, "width", minimum=1)
+    seeds = tuple(as_seeds(seeds))
+    steps = as_int(steps, "steps", minimum=1)
+    lr = as_list(lr, "lr")
+    if len(lr) != 2:
+        raise ValueError(f"lr must be a pair (first angle, last angle), got {lr}")
+    lr_first, lr_last = (as_positive_float(v, "lr") for v in lr)
+    widths = _widths(X, G, depth, width)
+    runs = []
+    for seed in seeds:
+        rng = np.random.RandomState(seed)
+        runs.append(
+            [rng.standard_normal((o, i)) for i, o in zip(widths[:-1], widths[1:], strict=False)]
+        )
+    weights = [np.stack([run[layer] for run in runs]) for layer in range(depth)]
+    radius = math.sqrt(depth)
+    weights = _onto_sphere(weights, radius)
+    angles = np.geomspace(lr_first, lr_last, steps)
+    history = np.empty((steps + 1, len(seeds)))
+    x, g = X.numpy(), G.numpy()
+    with threadpool_limits(limits=1, user_api="blas"):
+        history, weights = _sphere_descent(weights, x, g, angles, radius)
+    weights = [torch.from_numpy(w) for w in weights]
+    return EscapeSearch(speeds=history[-1].copy(), weights=weights, history=history, seeds=seeds)
+
+
+def _sphere_descent(weights, x, g, angles, radius):
+    """The loop of :func:`escape_search` (numpy; one BLAS thread: these matrices are tiny)."""
+    depth, steps = len(weights), len(angles)
+    history = np.empty((steps + 1, weights[0].shape[0]))
+    for k in range(steps + 1):
+        value, grads = _localized_loss_and_gradient(weights, x, g)
+        history[k] = -value
+        if k == steps:
+            break
+        radial = (
+            sum((dw * w).sum(axis=(-1, -2)) for dw, w in zip(grads, weights, strict=False)) / depth
+        )
+        tangent = [dw - radial[:, None, None] * w for dw, w in zip(grads, weights, strict=False)]
+        norm = np.sqrt(sum((t**2).sum(axis=(-1, -2)) for t in tangent))
+        step = angles[k] * radius / np.maximum(norm, 1e-300)
+        weights = _onto_sphere(
+            [w - step[:, None, None] * t for w, t in zip(weights, tangent, strict=False)], radius
+        )
+    return history, weights
+
+
+def escape_speed(X, G, *, depth: int, width: int, seed: int, steps: int = 2000) -> float:
+    """The speed −L₀ reached by :func:`escape_search` from one seed (a lower bound on s*(L))."""
+    return float(escape_search(X, G, depth=depth, width=width, seeds=[seed], steps=steps).speeds[0])
+
+
+def escape_direction(
+    X, G, *, depth: int, width: int, seed: int, steps: int = 2000
+) -> list[torch.Tensor]:
+    """The direction (weights on ‖θ‖² = L) whose speed :func:`escape_speed` reports."""
+    search = escape_search(X, G, depth=depth, width=width, seeds=[seed], steps=steps)
+    return search.direction(0)
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 2.2: blow-up along an escape direction
+# --------------------------------------------------------------------------------------------
+
+NORMALIZATIONS = ("sphere", "printed")
+
+
+def radius_along_escape(
+    times, *, radius0: float, speed: float, depth: int, normalization: str = "sphere"
+) -> np.ndarray:
+    """‖θ(t)‖ under gradient flow on L₀ started at θ(0) = radius0 · ρ/‖ρ‖ on an escape ray.
+
+    Proposition 2.2 (proof in App. A.2): the direction stays put and R = ‖θ‖ solves
+    dR/dt = L s_u R^{L−1}, so
+
+        R(t) = (R₀^{2−L} + (2−L) L s_u t)^{1/(2−L)}   (L ≠ 2),    R(t) = R₀ exp(2 s_u t)   (L = 2),
+
+    where s_u = −L₀(ρ/‖ρ‖) is the speed measured on the **unit** sphere. With the speed s of
+    Definition 2.1 (measured on the sphere ‖ρ‖² = L) one has s_u = s L^{−L/2}:
+    ``normalization="sphere"`` (default) makes this conversion, ``"printed"`` plugs s in for s_u
+    as the paper's statement reads, which is off by the factor L^{L/2} in the rate. Beyond the
+    finite blow-up time (L > 2) the result is ``inf``.
+    """
+    times = as_tensor(times, "times", ndim=1).numpy()
+    if np.any(times < 0):
+        raise ValueError("times must be >= 0")
+    radius0 = as_positive_float(radius0, "radius0")
+    speed = as_positive_float(speed, "speed")
+    depth = as_int(depth, "depth", minimum=2)
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    unit_speed = speed * depth ** (-depth / 2) if normalization == "sphere" else speed
+    if depth == 2:
+        return radius0 * np.exp(2 * unit_speed * times)
+    base = radius0 ** (2 - depth) + (2 - depth) * depth * unit_speed * times
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(base > 0, np.abs(base) ** (1.0 / (2 - depth)), np.inf)
+
+
+# --------------------------------------------------------------------------------------------
+# Low rank: tail mass, stable rank and the bounds of Theorem 3.1, Propositions 3.3–3.4
+# --------------------------------------------------------------------------------------------
+
+
+def _as_matrix(A, name: str) -> torch.Tensor:
+    A = as_tensor(A, name, ndim=2)
+    if not bool(A.abs().sum() > 0):
+        raise ValueError(f"{name} must not be the zero matrix")
+    return A
+
+
+def stable_rank(A) -> float:
+    """srank(A) = ‖A‖_F² / ‖A‖_op² ∈ [1, rank A]."""
+    A = _as_matrix(A, "A")
+    return float(torch.linalg.norm(A) ** 2 / torch.linalg.matrix_norm(A, ord=2) ** 2)
+
+
+def tail_mass(A) -> float:
+    """tail(A) = Σ_{i≥2} s_i² / Σ_i s_i² = 1 − 1/srank(A), the quantity Theorem 3.1 bounds."""
+    return 1.0 - 1.0 / stable_rank(A)
+
+
+def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray]:
+    """Per-layer measures of Theorem 3.1 for one network (no run axis) on data X (rows = points).
+
+    Returns arrays indexed by layer:
+
+    * ``tail_weights[ℓ−1]`` = tail(W_ℓ), ℓ = 1…L;
+    * ``tail_activations[ℓ−1]`` = tail(Z^σ_ℓ) and ``nonlinearity[ℓ−1]`` =
+      ‖Z^σ_ℓ − Z_ℓ‖_F²/‖Z_ℓ‖_F² for the hidden layers ℓ = 1…L−1 (``nan`` where Z_ℓ = 0);
+    * ``log_stable_rank[ℓ]`` = log srank(Z^σ_ℓ), ℓ = 0…L−1 (Z^σ_0 = X), the budget of Prop. 3.4;
+    * ``singular_values[ℓ−1]``: the singular values of W_ℓ (a list of arrays).
+    """
+    weights = _as_weights(weights)
+    if any(w.ndim != 2 for w in weights):
+        raise ValueError(
+            "layer_statistics takes one network: weights must be matrices (no run axis)"
+        )
+    X = as_tensor(X, "X", ndim=2)
+    tails, tail_z, nonlin, logs, svals = [], [], [], [], []
+    hidden = X
+    logs.append(math.log(stable_rank(X)))
+    for index, w in enumerate(weights):
+        tails.append(tail_mass(w) if bool(w.abs().sum() > 0) else np.nan)
+        svals.append(torch.linalg.svdvals(w).numpy())
+        z = hidden @ w.T
+        if index == len(weights) - 1:
+            break
+        hidden = torch.relu(z)
+        total = float((z**2).sum())
+        if total == 0 or not bool(hidden.abs().sum() > 0):
+            tail_z.append(np.nan)
+            nonlin.append(np.nan)
+            logs.append(np.nan)
+            continue
+        tail_z.append(tail_mass(hidden))
+        nonlin.append(float(((hidden - z) ** 2).sum()) / total)
+        logs.append(math.log(stable_rank(hidden)))
+    return {
+        "tail_weights": np.array(tails),
+        "tail_activations": np.array(tail_z),
+        "nonlinearity": np.array(nonlin),
+        "log_stable_rank": np.array(logs),
+        "singular_values": svals,
+    }
+
+
+def _ratio(X, G, speed: float) -> float:
+    """r = ‖X‖_F‖G‖_F / s, which is >= 1 for any achievable speed s."""
+    speed = as_positive_float(speed, "speed")
+    bound = speed_upper_bound(X, G)
+    if speed > bound * (1 + 1e-12):
+        raise ValueError(
+            f"speed {speed} exceeds the upper bound ‖X‖_F‖G‖_F = {bound}: no direction is that fast"
+        )
+    return max(bound / speed, 1.0)
+
+
+def theorem31_constant(X, G, speed: float) -> float:
+    """c = r √(2 log r), r = ‖X‖_F‖G‖_F / s* (Theorem 3.1; A.7 writes it unnormalized)."""
+    r = _ratio(X, G, speed)
+    return r * math.sqrt(2 * math.log(r))
+
+
+def theorem31_bound(X, G, speed: float, layer) -> np.ndarray:
+    """8 c ℓ^{−1/2} / (1 − c ℓ^{−1/2}) for layers ℓ ≥ 1 (Theorem 3.1); ``inf`` where c ℓ^{−1/2} ≥ 1.
+
+    Bounds tail(W_ℓ), tail(Z^σ_ℓ) and ‖Z^σ_ℓ − Z_ℓ‖²/‖Z_ℓ‖² at an optimal escape direction. These
+    quantities are at most 1, so the bound says something only where it is below 1, i.e. for
+    ℓ > (9c)², roughly.
+    """
+    c = theorem31_constant(X, G, speed)
+    layer = np.atleast_1d(as_tensor(layer, "layer").numpy())
+    if np.any(layer < 1):
+        raise ValueError("layer indices start at 1")
+    x = c / np.sqrt(layer)
+    with np.errstate(divide="ignore"):
+        return np.where(x < 1, 8 * x / (1 - x), np.inf)
+
+
+def proposition33_bound(G, epsilon: float, speed: float) -> float:
+    """8 ‖G‖_F ε / (s* − ‖G‖_F ε) (Proposition 3.3), ``inf`` when ‖G‖_F ε ≥ s*.
+
+    For inputs u vᵀ + E with u, v ≥ 0 and ‖E‖_F ≤ ε, every layer of the optimal escape direction
+    has tails and nonlinearity below this bound.
+    """
+    G = as_tensor(G, "G")
+    epsilon = as_positive_float(epsilon, "epsilon", allow_zero=True)
+    speed = as_positive_float(speed, "speed")
+    shift = float(torch.linalg.norm(G)) * epsilon
+    return 8 * shift / (speed - shift) if shift < speed else math.inf
+
+
+def proposition34_bound(X, G, speed: float, depth: int, p: float) -> float:
+    """2 log(‖X‖_F‖G‖_F/s₀) / (p L) (Proposition 3.4).
+
+    Any θ with ‖θ‖² ≤ L and L₀(θ) ≤ −s₀ has at least (1 − p)L of its activations Z^σ_ℓ
+    (ℓ = 0…L−1) with tail(Z^σ_ℓ) below this value; behind it is the budget
+    Σ_ℓ log srank(Z^σ_ℓ) ≤ 2 log(‖X‖_F‖G‖_F/s₀).
+    """
+    depth = as_int(depth, "depth", minimum=1)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 1:
+        raise ValueError(f"p must be a number in (0, 1), got {p!r}")
+    return 2 * math.log(_ratio(X, G, speed)) / (p * depth)
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 3.2: a deeper network is at least as fast
+# --------------------------------------------------------------------------------------------
+
+
+def deepen(weights: Sequence[torch.Tensor], X, G, extra: int) -> list[torch.Tensor]:
+    """The construction of Proposition 3.2 (App. A.3): depth L → L + ``extra``, no slower.
+
+    Writes L₀ as a sum over the neurons i of the last hidden layer (incoming row r_i of W_{L−1},
+    outgoing column c_i of W_L), keeps the neuron i* with the most negative normalized
+    contribution ⟨G, (c_i/‖c_i‖) σ(Z^σ_{L−2} r_i/‖r_i‖)⟩, and routes it through ``extra`` identity
+    layers e₁e₁ᵀ: W̃_{L−1} = √a e₁ r̄ᵀ, W̃_ℓ = e₁e₁ᵀ, W̃_{L+k} = √a c̄ e₁ᵀ with a = Σ_i ‖c_i‖‖r_i‖.
+    The result is rescaled onto the sphere ‖θ‖² = L + extra. If θ is on its sphere ‖θ‖² = L with
+    L₀(θ) < 0, then L₀(θ̃) ≤ L₀(θ).
+    """
+    weights = _as_weights(weights)
+    if any(w.ndim != 2 for w in weights):
+        raise ValueError("deepen takes one network: weights must be matrices (no run axis)")
+    X, G = _as_data(X, G)
+    extra = as_int(extra, "extra", minimum=1)
+    hidden = X
+    for w in weights[:-2]:
+        hidden = torch.relu(hidden @ w.T)
+    rows, cols = weights[-2], weights[-1]
+    row_norms, col_norms = torch.linalg.norm(rows, dim=1), torch.linalg.norm(cols, dim=0)
+    alive = (row_norms > 0) & (col_norms > 0)
+    if not bool(alive.any()):
+        raise ValueError("the last hidden layer has no neuron with nonzero weights")
+    contributions = torch.full((rows.shape[0],), math.inf, dtype=DTYPE)
+    for i in torch.nonzero(alive).flatten().tolist():
+        r_bar, c_bar = rows[i] / row_norms[i], cols[:, i] / col_norms[i]
+        contributions[i] = (torch.relu(hidden @ r_bar)[:, None] * c_bar[None, :] * G).sum()
+    best = int(torch.argmin(contributions))
+    if not bool(contributions[best] < 0):
+        raise ValueError("no neuron of the last hidden layer escapes (all contributions >= 0)")
+    a = float((row_norms * col_norms).sum())
+    width = rows.shape[0]
+    new_rows = torch.zeros_like(rows)
+    new_rows[0] = math.sqrt(a) * rows[best] / row_norms[best]
+    identity = torch.zeros((width, width), dtype=DTYPE)
+    identity[0, 0] = 1.0
+    new_cols = torch.zeros_like(cols)
+    new_cols[:, 0] = math.sqrt(a) * cols[:, best] / col_norms[best]
+    deeper = [*weights[:-2], new_rows, *[identity.clone() for _ in range(extra)], new_cols]
+    scale = math.sqrt(len(deeper) / float(_squared_norm(deeper)))
+    return [w * scale for w in deeper]
+
+
+# --------------------------------------------------------------------------------------------
+# Training from a small initialization with the paper's schedule
+# --------------------------------------------------------------------------------------------
+
+
+def saddle_to_saddle_run(
+    X,
+    labels,
+    *,
+    depth: int,
+    width: int,
+    init_scale: float,
+    eta0: float,
+    steps: int,
+    seed: int,
+    record_every: int = 50,
+) -> Trajectory:
+    """Full-batch gradient descent on the mean softmax cross-entropy of a bias-free ReLU network.
+
+    Widths (d_in, width, …, width, K) with L = ``depth`` weight matrices ``"W1"`` … ``"WL"``,
+    entries i.i.d. N(0, init_scale²) from ``numpy.random.RandomState(seed)``. The step size
+    follows the paper's schedule (§4.1, App. B: 10/‖θ‖⁴ for L = 6)
+
+        η_k = η₀ / ‖θ_k‖^{L−2},
+
+    gradient descent in the time s of §2.1 (ds = ‖θ‖^{L−2} dt), in which the plateau lengths do
+    not grow as the initialization shrinks. Runs on :func:`lib.flow.gradient_descent` (the
+    schedule enters through the gradient closure, so the recorded ``step_sizes`` are η₀);
+    returns its :class:`~lib.flow.Trajectory`, recorded every ``record_every`` steps.
+    """
+    from lib.relu_nets import gaussian_weights
+
+    X = as_tensor(X, "X", ndim=2)
+    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
+        raise ValueError("labels must be a 1-D int64 tensor of class indices")
+    if len(labels) != X.shape[0]:
+        raise ValueError(f"labels has {len(labels)} entries but X has {X.shape[0]} rows")
+    depth = as_int(depth, "depth", minimum=2)
+    width = as_int(width, "width", minimum=1)
+    eta0 = as_positive_float(eta0, "eta0")
+    seed = as_int(seed, "seed", minimum=0)
+    classes = int(labels.max()) + 1
+    widths = [X.shape[1]] + [width] * (depth - 1) + [max(classes, 2)]
+    init = gaussian_weights(widths, init_scale, np.random.RandomState(seed))
+    names = [f"W{i + 1}" for i in range(depth)]
+
+    x = X.numpy()
+    onehot = np.eye(widths[-1])[labels.numpy()]
+
+    def cross_entropy(logits: np.ndarray):
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        value = -(log_p * onehot).sum(axis=(-1, -2)) / len(onehot)
+        return value, (np.exp(log_p) - onehot) / len(onehot)
+
+    def gradient(params):
+        ws = [params[n].numpy()[None] for n in names]
+        value, grads = _forward_backward(ws, x, cross_entropy)
+        factor = float(sum((w**2).sum() for w in ws)) ** ((2 - depth) / 2)
+        loss = torch.tensor(float(value[0]), dtype=DTYPE)
+        return loss, {n: torch.from_numpy(g[0] * factor) for n, g in zip(names, grads, strict=True)}
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return gradient_descent(
+            None,
+            dict(zip(names, init, strict=False)),
+            eta0,
+            steps,
+            record_every=record_every,
+            gradient=gradient,
+        )
