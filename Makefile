@@ -3,7 +3,8 @@
 #
 #   make book      execute every chapter and build the HTML book in _build/html (warnings are errors)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
-#   make student   the student version of every chapter in _build/student (solutions stripped)
+#   make student   the assignments' student notebooks and autograder bundles in _build/student
+#   make grade     grade every .ipynb in SUBMISSIONS=<folder> with otter-grader: <folder>/grades.csv
 #   make lint      ruff over the Python code
 #   make bench     time the library and the chapters
 #   make reproduce recompute the committed long-run results book/results/*.json (CHAPTERS=... for some)
@@ -22,7 +23,7 @@ NBTEST := .nbtest
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: help venv setup vendor test book student lint bench reproduce clean lock
+.PHONY: help venv setup vendor test book student grade lint bench reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -72,8 +73,20 @@ book: $(STAMP) $(MATHJAX)
 	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
 	@echo "The book is in _build/html/index.html"
 
+# The course: book/assignments/*.md through otter-grader (tools/assignments.py, book/course.md).
+# Each submission is graded in its own process and kernel; TIMEOUT (s) per submission,
+# CELL_TIMEOUT (s) per cell, JOBS submissions at once; ASSIGNMENT= when the notebooks lack
+# otter's metadata.
+TIMEOUT ?= 300
+CELL_TIMEOUT ?= 60
+JOBS ?= 2
 student: $(STAMP)
-	$(BIN)/python tools/make_student.py
+	$(RUN) $(BIN)/python tools/assignments.py student
+
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder of .ipynb>"; exit 2; }
+	$(RUN) $(BIN)/python tools/assignments.py grade "$(SUBMISSIONS)" --timeout $(TIMEOUT) \
+	  --cell-timeout $(CELL_TIMEOUT) --jobs $(JOBS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks tools
