@@ -232,7 +232,7 @@ def rank1_escape_speed(X, G) -> float:
 
 
 def rank1_speed_profile(X, G, angles) -> np.ndarray:
-    """s(φ) = ‖Gᵀσ(X w_φ)‖ for w_φ = (cos φ, sin φ), d_in = 2: eq. (6) of the paper for Example 1."""
+    """s(φ) = ‖Gᵀσ(X w_φ)‖, w_φ = (cos φ, sin φ), d_in = 2: eq. (6) of the paper for Example 1."""
     X, G = _as_data(X, G)
     if X.shape[1] != 2:
         raise ValueError(f"the angle profile needs d_in = 2, got d_in = {X.shape[1]}")
@@ -356,7 +356,7 @@ def escape_search(
     width: int,
     seeds: Sequence[int],
     steps: int = 2000,
-    lr: tuple[float, float] = (0.3, 1e-5),
+    lr: tuple[float, float] = (0.1, 1e-5),
 ) -> EscapeSearch:
     """Projected gradient descent of L₀ on the sphere ‖θ‖² = L, vectorized over seeds.
 

@@ -1,0 +1,235 @@
+"""Tests of lib.saddles against closed forms (Bantzis, Simon & Jacot 2025)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib import flow, saddles
+
+DT = torch.float64
+
+
+@pytest.fixture(scope="module")
+def circle():
+    return saddles.example1()
+
+
+def test_rank1_speed_of_example1_is_sqrt2_minus_1(circle):
+    X, G = circle
+    # exact enumeration: only floating-point rounding separates it from the closed form
+    assert abs(saddles.rank1_escape_speed(X, G) - (math.sqrt(2) - 1)) < 1e-12
+
+
+def test_rank1_speed_beats_every_sampled_direction_and_is_attained():
+    rng = np.random.RandomState(3)
+    X = torch.from_numpy(rng.standard_normal((30, 2)))
+    for G in (
+        torch.from_numpy(rng.standard_normal(30)),
+        torch.from_numpy(rng.standard_normal((30, 3))),
+    ):
+        exact = saddles.rank1_escape_speed(X, G)
+        angles = np.linspace(0, 2 * np.pi, 200_001)
+        sampled = saddles.rank1_speed_profile(X, G, angles)
+        assert sampled.max() <= exact + 1e-12
+        # the objective is Lipschitz in φ with constant ≤ Σ|G_i|‖x_i‖; grid spacing 3e-5
+        lipschitz = float(torch.linalg.norm(G.reshape(30, -1), dim=1) @ torch.linalg.norm(X, dim=1))
+        assert exact - sampled.max() <= lipschitz * (angles[1] - angles[0])
+
+
+def test_rank1_speed_in_one_dimension():
+    X = torch.tensor([[1.0], [-2.0], [3.0]], dtype=DT)
+    G = torch.tensor([1.0, -1.0, 0.5], dtype=DT)
+    # w = +1: 1 + 1.5 = 2.5; w = −1: −1·2 = −2 -> |·| = 2
+    assert saddles.rank1_escape_speed(X, G) == pytest.approx(2.5, abs=1e-14)
+
+
+def test_rank1_speed_refuses_higher_dimensions():
+    with pytest.raises(ValueError, match="d_in"):
+        saddles.rank1_escape_speed(torch.ones((4, 3), dtype=DT), torch.ones(4, dtype=DT))
+
+
+def test_linear_speed_and_upper_bound(circle):
+    X, G = circle
+    assert saddles.linear_escape_speed(X, G) == pytest.approx(0.0, abs=1e-14)
+    assert saddles.speed_upper_bound(X, G) == pytest.approx(8.0, rel=1e-14)
+    rng = np.random.RandomState(0)
+    X2, G2 = torch.from_numpy(rng.standard_normal((9, 4))), torch.from_numpy(rng.standard_normal(9))
+    assert saddles.linear_escape_speed(X2, G2) == pytest.approx(float((G2 @ X2).norm()), rel=1e-13)
+
+
+def test_eq2_direction_has_speed_one_half(circle):
+    X, G = circle
+    rho = saddles.example1_rank2_weights()
+    assert float(sum((w**2).sum() for w in rho)) == pytest.approx(3.0, rel=1e-15)
+    assert float(saddles.localized_loss(rho, X, G)) == pytest.approx(-0.5, abs=1e-15)
+    flipped = [rho[0], rho[1], -rho[2]]  # the sign printed in the paper: ascent
+    assert float(saddles.localized_loss(flipped, X, G)) == pytest.approx(0.5, abs=1e-15)
+    stats = saddles.layer_statistics(rho, X)
+    assert np.allclose(stats["singular_values"][0], [math.sqrt(0.5)] * 2, atol=1e-15)
+    assert stats["tail_weights"][1] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_backprop_gradient_matches_autograd():
+    rng = np.random.RandomState(1)
+    X = torch.from_numpy(rng.standard_normal((7, 3)))
+    G = torch.from_numpy(rng.standard_normal((7, 2)))
+    weights = [torch.from_numpy(rng.standard_normal(s)) for s in ((5, 3), (4, 5), (2, 4))]
+    value, grads = saddles.localized_gradient(weights, X, G)
+    leaves = [w.clone().requires_grad_(True) for w in weights]
+    reference = saddles.localized_loss(leaves, X, G)
+    auto = torch.autograd.grad(reference, leaves)
+    # two summation orders of the same float64 sums
+    assert float(value) == pytest.approx(float(reference.detach()), rel=1e-12)
+    for g, a in zip(grads, auto, strict=True):
+        assert torch.allclose(g, a, rtol=1e-12, atol=1e-14)
+
+
+def test_search_stays_on_sphere_and_below_the_bounds(circle):
+    X, G = circle
+    result = saddles.escape_search(X, G, depth=2, width=6, seeds=list(range(8)), steps=600)
+    norms = sum((w**2).sum(dim=(-1, -2)) for w in result.weights)
+    assert torch.allclose(norms, torch.full_like(norms, 2.0), rtol=1e-12)
+    # depth 2: no direction beats the one-neuron speed s*(2) = s₁
+    assert result.speeds.max() <= math.sqrt(2) - 1 + 1e-9
+    assert result.speeds.max() >= math.sqrt(2) - 1 - 1e-3
+    assert float(saddles.speed_of(result.direction(result.best), X, G)) == pytest.approx(
+        result.speeds.max(), rel=1e-12
+    )
+
+
+def test_depth3_search_finds_the_rank2_escape(circle):
+    X, G = circle
+    result = saddles.escape_search(X, G, depth=3, width=16, seeds=list(range(16)), steps=2000)
+    assert result.speeds.max() <= saddles.speed_upper_bound(X, G)
+    assert result.speeds.max() >= 0.5 - 1e-3
+    best = saddles.layer_statistics(result.direction(result.best), X)
+    # the rank-2 first layer of eq. (2): two equal singular values, the rest ~0
+    s = best["singular_values"][0]
+    assert s[1] / s[0] > 0.9
+
+
+def test_escape_speed_and_direction_agree(circle):
+    X, G = circle
+    speed = saddles.escape_speed(X, G, depth=3, width=4, seed=5, steps=300)
+    direction = saddles.escape_direction(X, G, depth=3, width=4, seed=5, steps=300)
+    assert float(saddles.speed_of(direction, X, G)) == pytest.approx(speed, rel=1e-12)
+
+
+def test_radius_formula_against_gradient_flow():
+    # a smooth escape direction: positive data, G < 0, the rank-1 linear direction
+    rng = np.random.RandomState(0)
+    X = torch.from_numpy(rng.uniform(0.1, 1, (12, 3)))
+    G = torch.from_numpy(-rng.uniform(0.1, 1, 12) / 12)
+    v = -(G @ X) / (G @ X).norm()
+    w1 = torch.zeros(4, 3, dtype=DT)
+    w1[0] = v
+    w2 = torch.zeros(4, 4, dtype=DT)
+    w2[0, 0] = 1
+    w3 = torch.zeros(1, 4, dtype=DT)
+    w3[0, 0] = 1
+    rho = [w1, w2, w3]
+    speed = float(saddles.speed_of(rho, X, G))
+    assert speed == pytest.approx(saddles.linear_escape_speed(X, G), rel=1e-12)
+    names = ["W1", "W2", "W3"]
+    start = {n: 0.1 * w for n, w in zip(names, rho, strict=True)}
+    traj = flow.gradient_flow(
+        lambda p: saddles.localized_loss([p[n] for n in names], X, G), start, np.linspace(0, 8, 9)
+    )
+    radius = np.sqrt(sum((traj[n] ** 2).sum(axis=(1, 2)) for n in names))
+    formula = saddles.radius_along_escape(
+        traj.times, radius0=0.1 * math.sqrt(3), speed=speed, depth=3
+    )
+    # solver tolerances rtol 1e-10, atol 1e-12
+    assert np.max(np.abs(radius - formula)) < 1e-7
+    printed = saddles.radius_along_escape(
+        traj.times, radius0=0.1 * math.sqrt(3), speed=speed, depth=3, normalization="printed"
+    )
+    assert np.max(np.abs(radius - printed)[np.isfinite(printed)]) > 1e-2
+
+
+def test_radius_two_layers_is_exponential():
+    r = saddles.radius_along_escape(np.array([0.0, 1.0]), radius0=0.5, speed=0.3, depth=2)
+    # s_u = s/2 and R = R0 exp(2 s_u t)
+    assert r[1] == pytest.approx(0.5 * math.exp(0.3), rel=1e-14)
+
+
+def test_deepen_is_never_slower():
+    rng = np.random.RandomState(2)
+    X = torch.from_numpy(rng.standard_normal((10, 3)))
+    G = torch.from_numpy(rng.standard_normal(10))
+    checked = 0
+    for _ in range(20):
+        weights = [torch.from_numpy(rng.standard_normal(s)) for s in ((5, 3), (5, 5), (1, 5))]
+        scale = math.sqrt(3 / float(sum((w**2).sum() for w in weights)))
+        weights = [w * scale for w in weights]
+        speed = float(saddles.speed_of(weights, X, G))
+        if speed <= 0:
+            continue
+        for extra in (1, 3):
+            deeper = saddles.deepen(weights, X, G, extra)
+            assert len(deeper) == 3 + extra
+            assert float(sum((w**2).sum() for w in deeper)) == pytest.approx(3 + extra, rel=1e-12)
+            assert float(saddles.speed_of(deeper, X, G)) >= speed - 1e-12
+        checked += 1
+    assert checked >= 5
+
+
+def test_theorem_constants_for_example1(circle):
+    X, G = circle
+    r = 16.0  # ‖X‖_F‖G‖_F / s* = 8 / 0.5
+    assert saddles.theorem31_constant(X, G, 0.5) == pytest.approx(r * math.sqrt(2 * math.log(r)))
+    bound = saddles.theorem31_bound(X, G, 0.5, [1, 10_000])
+    assert np.isinf(bound[0]) and 0 < bound[1] < 8
+    assert saddles.proposition33_bound(G, 0.0, 0.5) == 0.0
+    assert math.isinf(saddles.proposition33_bound(G, 1.0, 0.5))
+    assert saddles.proposition34_bound(X, G, 0.5, 6, 0.5) == pytest.approx(2 * math.log(r) / 3)
+
+
+def test_log_stable_rank_budget_of_prop34(circle):
+    X, G = circle
+    result = saddles.escape_search(X, G, depth=4, width=8, seeds=list(range(6)), steps=800)
+    for i in range(6):
+        if result.speeds[i] <= 0:
+            continue
+        stats = saddles.layer_statistics(result.direction(i), X)
+        budget = 2 * math.log(saddles.speed_upper_bound(X, G) / result.speeds[i])
+        assert np.nansum(stats["log_stable_rank"]) <= budget + 1e-9
+
+
+def test_cross_entropy_gradient_and_digits_run():
+    from lib.data import digits
+
+    x, y = digits(60, every=20)
+    G = saddles.cross_entropy_gradient(y, 10)
+    assert torch.allclose(G.sum(dim=1), torch.zeros(60, dtype=DT), atol=1e-15)
+    traj = saddles.saddle_to_saddle_run(
+        x, y, depth=4, width=8, init_scale=1 / 8, eta0=1.0, steps=20, seed=0, record_every=10
+    )
+    # outputs of a small initialization are ~0: the loss starts at log 10
+    assert traj.losses[0] == pytest.approx(math.log(10), abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda X, G: saddles.rank1_escape_speed(X, G[:5]),
+        lambda X, G: saddles.rank1_escape_speed(X, torch.zeros(8, dtype=DT)),
+        lambda X, G: saddles.rank1_escape_speed(X.float(), G),
+        lambda X, G: saddles.escape_search(X, G, depth=1, width=4, seeds=[0]),
+        lambda X, G: saddles.escape_search(X, G, depth=3, width=True, seeds=[0]),
+        lambda X, G: saddles.escape_search(X, G, depth=3, width=4, seeds=[0], lr=(0.1,)),
+        lambda X, G: saddles.radius_along_escape(
+            [1.0], radius0=1, speed=1, depth=3, normalization="x"
+        ),
+        lambda X, G: saddles.theorem31_constant(X, G, 9.0),
+        lambda X, G: saddles.proposition34_bound(X, G, 0.5, 3, 1.5),
+        lambda X, G: saddles.deepen(saddles.example1_rank2_weights(), X, G, 0),
+        lambda X, G: saddles.cross_entropy_gradient(torch.tensor([0, 11]), 10),
+    ],
+)
+def test_bad_input_raises(circle, call):
+    X, G = circle
+    with pytest.raises(ValueError):
+        call(X, G)
