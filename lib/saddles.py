@@ -50,6 +50,7 @@ __all__ = [
     "escape_speed",
     "example1",
     "example1_rank2_weights",
+    "find_plateaus",
     "layer_statistics",
     "linear_escape_speed",
     "localized_gradient",
@@ -716,3 +717,32 @@ def saddle_to_saddle_run(
             record_every=record_every,
             gradient=gradient,
         )
+
+
+def find_plateaus(losses, *, window: int, tolerance: float) -> list[tuple[int, int, float]]:
+    """Plateaus of a recorded loss curve: maximal stretches that stay within ``tolerance``.
+
+    Record k starts a flat window if max − min of ``losses[k : k + window]`` is below
+    ``tolerance``; overlapping flat windows merge into one plateau. Returns a list of
+    ``(first, last, median loss)`` with record indices (inclusive), in order.
+    """
+    losses = as_tensor(losses, "losses", ndim=1).numpy()
+    window = as_int(window, "window", minimum=2)
+    tolerance = as_positive_float(tolerance, "tolerance")
+    if len(losses) < window:
+        return []
+    views = np.lib.stride_tricks.sliding_window_view(losses, window)
+    flat = views.max(axis=1) - views.min(axis=1) < tolerance
+    plateaus: list[tuple[int, int, float]] = []
+    k = 0
+    while k < len(flat):
+        if not flat[k]:
+            k += 1
+            continue
+        start = k
+        while k + 1 < len(flat) and flat[k + 1]:
+            k += 1
+        last = k + window - 1
+        plateaus.append((start, last, float(np.median(losses[start : last + 1]))))
+        k += 1
+    return plateaus

@@ -233,3 +233,12 @@ def test_bad_input_raises(circle, call):
     X, G = circle
     with pytest.raises(ValueError):
         call(X, G)
+
+
+def test_find_plateaus():
+    losses = np.concatenate([np.full(10, 2.3), np.linspace(2.3, 1.8, 5), np.full(8, 1.8)])
+    found = saddles.find_plateaus(losses, window=4, tolerance=0.01)
+    assert [(a, b) for a, b, _ in found] == [(0, 10), (14, 22)]
+    assert found[0][2] == pytest.approx(2.3) and found[1][2] == pytest.approx(1.8)
+    with pytest.raises(ValueError):
+        saddles.find_plateaus(losses, window=1, tolerance=0.01)
