@@ -72,9 +72,9 @@ del _otter_ring
 """
 
 
-def sources(names: list[str] | None = None, folder: Path = SOURCES) -> list[Path]:
+def sources(names: list[str] | None = None, folder: Path | None = None) -> list[Path]:
     """The assignment sources ``folder/<name>.md``, sorted (all of them if ``names`` is empty)."""
-    found = sorted(folder.glob("*.md"))
+    found = sorted((SOURCES if folder is None else folder).glob("*.md"))
     if not names:
         return found
     by_name = {p.stem: p for p in found}
@@ -95,7 +95,9 @@ def make_student(out: Path = BUNDLE, names: list[str] | None = None) -> list[Pat
         name = source.stem
         with tempfile.TemporaryDirectory(prefix=f"assign-{name}-") as scratch:
             master = Path(scratch) / f"{name}.ipynb"
-            jupytext.write(jupytext.read(source, fmt="md:myst"), master, fmt="ipynb")
+            notebook = jupytext.read(source, fmt="md:myst")
+            _add_grading_environment(notebook, source)
+            jupytext.write(notebook, master, fmt="ipynb")
             result = Path(scratch) / "dist"
             otter_assign(str(master), str(result), no_pdfs=True, no_run_tests=True)
             (bundle,) = (result / "autograder").glob("*.zip")
@@ -107,6 +109,35 @@ def make_student(out: Path = BUNDLE, names: list[str] | None = None) -> list[Pat
             shutil.copy(result / "student" / f"{name}.ipynb", out / f"{name}.ipynb")
         written.append(out / f"{name}.ipynb")
     return written
+
+
+def grading_requirements() -> list[str]:
+    """What an autograder outside this repository (Gradescope) installs to ``import lib``.
+
+    The exact pins of ``requirements-lock.txt`` for lib's own dependencies (``pyproject.toml``),
+    and the package itself from the repository named in ``pyproject.toml``.
+    """
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    pins = [
+        line.strip()
+        for line in (ROOT / "requirements-lock.txt").read_text(encoding="utf-8").splitlines()
+        if "==" in line and line.split("==")[0].strip().lower() in wanted
+    ]
+    return [*pins, f"{project['name']} @ git+{project['urls']['Repository']}"]
+
+
+def _add_grading_environment(notebook, source: Path) -> None:
+    """Append the Gradescope environment (Python version, requirements) to the config cell."""
+    cells = [c for c in notebook.cells if c.source.lstrip().startswith("# ASSIGNMENT CONFIG")]
+    if len(cells) != 1:
+        raise ValueError(f"{source}: needs exactly one '# ASSIGNMENT CONFIG' raw cell")
+    version = ".".join(map(str, sys.version_info[:2]))
+    lines = [f'python_version: "{version}"', "requirements:"]
+    lines += [f"  - {json.dumps(r)}" for r in grading_requirements()]
+    cells[0].source = cells[0].source.rstrip() + "\n" + "\n".join(lines) + "\n"
 
 
 def _check_name(bundle: Path, name: str) -> None:
