@@ -18,43 +18,15 @@ import concurrent.futures
 import dataclasses
 
 import numpy as np
-import torch
+from row3_variants import correlated_init  # the authors' correlated TensorFlow initialization
 
-from lib import poison, poison_dynamics
+from lib import poison_dynamics
 
 ROW2_SEEDS = list(range(32))
 ROW3_SEEDS = list(range(32))
 ROW3_STEPS = 50_000
 TABLE3_ROW3_SEEDS = list(range(8))
 TABLE3_ROW3_STEPS = 100_000
-
-
-def correlated_init(setting: poison_dynamics.DynamicsSetting, seed: int) -> dict[str, torch.Tensor]:
-    """The authors' initialization with TensorFlow's stateless seeded initializers.
-
-    With one seed for every layer each tensor receives the first numbers of one and the same
-    normal stream: B and C the same numbers (C reversed, after the authors' flip), A's diagonal
-    from a d×d block of it, and the three network layers their shared leading entries.
-    """
-    rng = np.random.RandomState(seed)
-    d, h = setting.d, setting.hidden
-    z = rng.normal(size=max(d * d, h * h))
-    gap = poison.tie_gap(setting.sd_a, setting.tie_exponent)
-    a = poison_dynamics.sorted_with_tie(
-        np.abs(setting.sd_a * z[: d * d].reshape(d, d).diagonal()), gap
-    )
-    b = poison_dynamics.sorted_with_tie(np.abs(setting.sd_bc * z[:d]), gap)
-    c = np.abs(setting.sd_bc * z[:d])[::-1]
-    s = setting.sd_mlp
-    params = {
-        "a": a + setting.warm,
-        "b": b + setting.warm,
-        "c": c,
-        "d_in": s * z[:h].reshape(h, 1),
-        "d_hidden": (s * z[: h * h].reshape(h, h)).T,  # a Keras kernel is (inputs, outputs)
-        "d_out": s * z[:h].reshape(1, h),
-    }
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
 
 
 def per_run(runs: poison_dynamics.DynamicsRuns) -> dict[str, list]:
