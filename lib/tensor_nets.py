@@ -258,7 +258,10 @@ def dual_root(Z, y, *, alpha: float, depth: int, eta_bar, tol: float = 1e-14) ->
         D(ν) = yᵀν − Σ_j α² η̄_j² Φ_L(α^{L−2}|η̄_j|^{L−2} [Zᵀν]_j),   ∇D(ν) = y − Z ρ(ν),
 
     where Z = X Sᵀ are the transformed inputs (Z = X for diagonal networks). Damped Newton with a
-    backtracking line search that stays inside the domain |α^{L−2}|η̄_j|^{L−2}[Zᵀν]_j| < c_L."""
+    backtracking line search that stays inside the domain |α^{L−2}|η̄_j|^{L−2}[Zᵀν]_j| < c_L.
+    The residual ‖Zρ(ν) − y‖_∞ reaches ``tol``·max(1, ‖y‖_∞) in well-conditioned cases; when the
+    solution sits close to the pole of h_L (L ≥ 3 and tiny α, e.g. L = 4, α = 1e-3) rounding of
+    1 − (t/c_L)² limits it to about 1e-9, and a residual above 1e-8 raises a RuntimeError."""
     alpha = as_positive_float(alpha, "alpha")
     depth = _depth(depth)
     scale = np.abs(np.asarray(eta_bar, dtype=np.float64))
@@ -274,11 +277,18 @@ def dual_root(Z, y, *, alpha: float, depth: int, eta_bar, tol: float = 1e-14) ->
 
     nu = np.zeros(Z.shape[0])
     y_scale = max(1.0, float(np.abs(y).max()))
+    best, stalled = np.inf, 0
     for _ in range(2000):
         rho, argument = _rho_of_nu(Z, nu, scale, alpha, depth)
         gradient = y - Z @ rho
-        if np.abs(gradient).max() <= tol * y_scale:
+        residual = np.abs(gradient).max()
+        if residual <= tol * y_scale:
             return nu
+        # Near the pole of h_L (L ≥ 3, tiny α) rounding puts a floor under the residual:
+        # stop once 20 Newton steps in a row bring no improvement.
+        best, stalled = (residual, 0) if residual < best else (best, stalled + 1)
+        if stalled >= 20:
+            break
         curvature = alpha**2 * scale**2 * inner**2 * h_L_derivative(argument, depth)
         hessian = (Z * curvature) @ Z.T
         step = np.linalg.solve(hessian, gradient)
@@ -291,7 +301,7 @@ def dual_root(Z, y, *, alpha: float, depth: int, eta_bar, tol: float = 1e-14) ->
         nu = nu + t * step
     rho, _ = _rho_of_nu(Z, nu, scale, alpha, depth)
     residual = np.abs(y - Z @ rho).max()
-    if residual > 1e-9 * y_scale:
+    if residual > 1e-8 * y_scale:  # see the docstring: the floor is ~1e-9 close to the pole
         raise RuntimeError(f"dual_root: Newton did not converge (residual {residual:.2e})")
     return nu
 
@@ -720,20 +730,62 @@ def figure1_init(architecture: str, z_bar, *, margin: float = 1e-3):
     return (1.5 * np.eye(2)).reshape(-1, order="F"), z / 1.5
 
 
+@dataclass(frozen=True)
+class RunBatch:
+    """Independent two-layer runs stacked along a leading axis: their initial parameters, the
+    settings (α, v̄_1, v̄_2) of each run and, for regression, Theorem 5's predicted limits."""
+
+    params: dict[str, torch.Tensor]
+    settings: list[tuple[float, np.ndarray, np.ndarray]]
+    predicted: np.ndarray | None
+
+
+def figure1_batch(architecture: str, alphas, z_bars, *, x=None, y=None) -> RunBatch:
+    """Runs over every α in ``alphas`` and direction z̄ in ``z_bars`` (the initial β is α² z̄,
+    :func:`figure1_init`); with a point (x, y), Theorem 5's limit of each run as well."""
+    settings, v1s, v2s, predicted = [], [], [], []
+    for alpha in alphas:
+        alpha = as_positive_float(alpha, "alpha")
+        for z in z_bars:
+            v1, v2 = figure1_init(architecture, z)
+            settings.append((alpha, v1, v2))
+            v1s.append(alpha * v1)
+            v2s.append(alpha * v2)
+            if x is not None:
+                limit = two_layer_limit(architecture, x, y, alpha=alpha, v1_bar=v1, v2_bar=v2)
+                predicted.append(limit.beta)
+    params = {"v1": torch.from_numpy(np.array(v1s)), "v2": torch.from_numpy(np.array(v2s))}
+    return RunBatch(params, settings, np.array(predicted) if x is not None else None)
+
+
+def angle_degrees(betas, direction) -> np.ndarray:
+    """The angle, in degrees, between each β (rows, any leading shape) and ``direction``."""
+    betas = np.asarray(betas, dtype=np.float64)
+    u = np.asarray(direction, dtype=np.float64)
+    cosine = betas @ u / (np.linalg.norm(betas, axis=-1) * np.linalg.norm(u))
+    return np.degrees(np.arccos(np.clip(cosine, -1.0, 1.0)))
+
+
 # ---------------------------------------------------------------------------------------------
-# Depth-L models for the engine: diagonal and fully connected networks
+# Depth-L models for the engine: diagonal, convolutional and fully connected networks
 # ---------------------------------------------------------------------------------------------
 
 
 def diagonal_params(w_bar, *, alpha: float, depth: int, last=None) -> dict[str, torch.Tensor]:
-    """{"w1": α w̄, …, "w{L-1}": α w̄, "wL": α·last} (``last`` defaults to 0, Theorem 4's init)."""
+    """{"w1": α w̄, …, "w{L-1}": α w̄, "wL": α·last} (``last`` defaults to 0, Theorem 4's init).
+
+    ``w_bar`` has shape (d,), or (R, d) for R independent runs."""
     depth = _depth(depth)
     alpha = as_positive_float(alpha, "alpha")
-    w = as_tensor(w_bar, "w_bar", ndim=1)
+    w = as_tensor(w_bar, "w_bar", min_ndim=1)
     params = {f"w{j}": alpha * w.clone() for j in range(1, depth)}
-    params[f"w{depth}"] = (
-        torch.zeros_like(w) if last is None else alpha * as_tensor(last, "last", ndim=1).clone()
-    )
+    if last is None:
+        params[f"w{depth}"] = torch.zeros_like(w)
+    else:
+        last = as_tensor(last, "last")
+        if last.shape != w.shape:
+            raise ValueError(f"last must have the shape of w_bar {tuple(w.shape)}")
+        params[f"w{depth}"] = alpha * last.clone()
     return params
 
 
@@ -746,6 +798,46 @@ def diagonal_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return out
 
 
+def conv_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """β = w_1 ∗ (w_2 ∗ (⋯ ∗ w_L)) for the full-length convolutional network of eq. (12).
+
+    The adjoint of x ↦ x ⋆ w (circular cross-correlation) is u ↦ w ∗ u (circular convolution,
+    [w ∗ u]_k = Σ_j w_j u_{(k−j) mod d}), so f(x) = ⟨x ⋆ w_1 ⋆ ⋯ ⋆ w_{L−1}, w_L⟩ = ⟨x, β⟩."""
+    depth = len(params)
+    out = params[f"w{depth}"]
+    d = out.shape[-1]
+    index = (torch.arange(d).unsqueeze(1) - torch.arange(d).unsqueeze(0)) % d  # [k, j] = k − j
+    for j in range(depth - 1, 0, -1):
+        out = (params[f"w{j}"].unsqueeze(-2) * out[..., index]).sum(-1)
+    return out
+
+
+def diagonal_gradient(X, y):
+    """Closed-form ``params -> (loss, gradients)`` of ½ Σ_i (x_iᵀβ − y_i)², β = w_1 ⊙ … ⊙ w_L:
+    ∇_{w_l} = (Xᵀr) ⊙ Π_{k≠l} w_k with r = Xβ − y (the same loss as :func:`regression_loss`
+    with :func:`diagonal_coefficients`, without autograd's overhead)."""
+    X = as_tensor(X, "X", ndim=2)
+    y = as_tensor(y, "y", ndim=1)
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
+
+    def closure(params: Mapping[str, torch.Tensor]):
+        names = [f"w{j}" for j in range(1, len(params) + 1)]
+        layers = [params[k] for k in names]
+        residual = X @ diagonal_coefficients(params) - y
+        signal = X.T @ residual
+        grads = {}
+        for index, name in enumerate(names):
+            others = torch.ones_like(signal)
+            for k, w in enumerate(layers):
+                if k != index:
+                    others = others * w
+            grads[name] = signal * others
+        return 0.5 * (residual * residual).sum(), grads
+
+    return closure
+
+
 def fc_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """β = W_1 W_2 ⋯ W_{L−1} w_L (eq. (10)); params {"W1", …, "W{L-1}", "wL"}."""
     depth = len(params)
@@ -756,14 +848,21 @@ def fc_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
 
 
 def regression_loss(coefficients, X, y):
-    """Closure ``params -> ½ Σ_i (x_iᵀβ(params) − y_i)²`` for a coefficient map β(params)."""
-    X = as_tensor(X, "X", ndim=2)
-    y = as_tensor(y, "y", ndim=1)
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
+    """Closure ``params -> ½ Σ_i (x_iᵀβ(params) − y_i)²`` for a coefficient map β(params).
+
+    With X of shape (R, n, d), y (R, n) and parameters with a leading run axis of length R, the
+    closure returns the sum of the R runs' losses: one ODE then integrates R independent flows."""
+    X = as_tensor(X, "X")
+    y = as_tensor(y, "y")
+    if X.ndim not in (2, 3) or y.shape != X.shape[:-1]:
+        raise ValueError(
+            f"X must be (n, d) or (R, n, d) and y its leading shape, got {tuple(X.shape)} and "
+            f"{tuple(y.shape)}"
+        )
 
     def closure(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return 0.5 * ((X @ coefficients(params) - y) ** 2).sum()
+        outputs = (X @ coefficients(params).unsqueeze(-1)).squeeze(-1)
+        return 0.5 * ((outputs - y) ** 2).sum()
 
     return closure
 
@@ -776,17 +875,22 @@ __all__ = [
     "Q_objective",
     "TwoLayerLimit",
     "TwoLayerSVD",
+    "RunBatch",
+    "angle_degrees",
     "basis_tensors",
+    "conv_coefficients",
     "conv_net_limit",
     "curve_distance",
     "data_svd",
     "dft_matrix",
     "diagonal_coefficients",
+    "diagonal_gradient",
     "diagonal_net_limit",
     "diagonal_net_path",
     "diagonal_params",
     "dual_root",
     "fc_coefficients",
+    "figure1_batch",
     "figure1_init",
     "h_L",
     "h_L_derivative",
