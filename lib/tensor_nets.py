@@ -847,6 +847,34 @@ def fc_coefficients(params: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return out
 
 
+def fc_gradient(X, y):
+    """Closed-form ``params -> (loss, gradients)`` of ½ Σ_i (x_iᵀβ − y_i)², β = W_1 ⋯ W_{L−1} w_L:
+    with u = Xᵀ(Xβ − y), ∇_{W_l} = (W_{l−1}ᵀ ⋯ W_1ᵀ u)(W_{l+1} ⋯ w_L)ᵀ and
+    ∇_{w_L} = W_{L−1}ᵀ ⋯ W_1ᵀ u (the loss of :func:`regression_loss` with
+    :func:`fc_coefficients`)."""
+    X = as_tensor(X, "X", ndim=2)
+    y = as_tensor(y, "y", ndim=1)
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
+
+    def closure(params: Mapping[str, torch.Tensor]):
+        depth = len(params)
+        layers = [params[f"W{j}"] for j in range(1, depth)] + [params[f"w{depth}"]]
+        tails = [layers[-1]]  # tails[k] = W_{L−k} ⋯ w_L, built from the output end
+        for W in reversed(layers[:-1]):
+            tails.append(W @ tails[-1])
+        residual = X @ tails[-1] - y
+        head = X.T @ residual  # W_{l−1}ᵀ ⋯ W_1ᵀ u, grown from the input end
+        grads = {}
+        for index in range(depth - 1):
+            grads[f"W{index + 1}"] = torch.outer(head, tails[depth - 2 - index])
+            head = layers[index].T @ head
+        grads[f"w{depth}"] = head
+        return 0.5 * (residual * residual).sum(), grads
+
+    return closure
+
+
 def regression_loss(coefficients, X, y):
     """Closure ``params -> ½ Σ_i (x_iᵀβ(params) − y_i)²`` for a coefficient map β(params).
 
@@ -890,6 +918,7 @@ __all__ = [
     "diagonal_params",
     "dual_root",
     "fc_coefficients",
+    "fc_gradient",
     "figure1_batch",
     "figure1_init",
     "h_L",

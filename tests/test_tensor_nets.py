@@ -107,6 +107,21 @@ def test_diagonal_gradient_matches_autograd(depth):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("depth", [2, 3, 4])
+def test_fc_gradient_matches_autograd(depth):
+    X, y, _ = random_instance(12)
+    gen = torch.Generator().manual_seed(depth)
+    params = {f"W{j}": torch.randn(5, 5, generator=gen, dtype=DT) for j in range(1, depth)}
+    params[f"w{depth}"] = torch.randn(5, generator=gen, dtype=DT)
+    value, grads = tn.fc_gradient(X, y)(params)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    auto = tn.regression_loss(tn.fc_coefficients, X, y)(leaves)
+    reference = torch.autograd.grad(auto, list(leaves.values()))
+    torch.testing.assert_close(value, auto.detach(), rtol=1e-12, atol=0)
+    for name, want in zip(leaves, reference, strict=True):
+        torch.testing.assert_close(grads[name], want, rtol=1e-11, atol=1e-12)
+
+
 def test_every_iterate_follows_the_closed_form_path():
     """β(t) = α^L|w̄|^L h_L(α^{L−2}|w̄|^{L−2} Xᵀν(t)) along the flow, with ν = −∫ r."""
     X, y, w_bar = random_instance(3)
