@@ -58,6 +58,13 @@ WRONG = {
         "q1",
         "def pole_budget(e, L):\n    return float((1 + e) ** (1 / L) - 1)\n",
     ),
+    "linear-networks": ("q2", "def h3(t):\n    return np.tan(t)\n"),  # odd, 0 at 0: public passes
+    "poisoning-real-data": (  # the average of the cosines, not the cosine of the average
+        "q1",
+        "def matching_objective(target_grad, poison_grads):\n"
+        "    cosines = [target_grad @ g / (target_grad.norm() * g.norm()) for g in poison_grads]\n"
+        "    return float(1 - sum(cosines) / len(cosines))\n",
+    ),
 }
 
 
