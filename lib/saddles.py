@@ -356,7 +356,7 @@ def escape_search(
     depth: int,
     width: int,
     seeds: Sequence[int],
-    steps: int = 2000,
+    steps: int = 6000,
     lr: tuple[float, float] = (0.1, 1e-5),
 ) -> EscapeSearch:
     """Projected gradient descent of L₀ on the sphere ‖θ‖² = L, vectorized over seeds.
@@ -419,13 +419,13 @@ def _sphere_descent(weights, x, g, angles, radius):
     return history, weights
 
 
-def escape_speed(X, G, *, depth: int, width: int, seed: int, steps: int = 2000) -> float:
+def escape_speed(X, G, *, depth: int, width: int, seed: int, steps: int = 6000) -> float:
     """The speed −L₀ reached by :func:`escape_search` from one seed (a lower bound on s*(L))."""
     return float(escape_search(X, G, depth=depth, width=width, seeds=[seed], steps=steps).speeds[0])
 
 
 def escape_direction(
-    X, G, *, depth: int, width: int, seed: int, steps: int = 2000
+    X, G, *, depth: int, width: int, seed: int, steps: int = 6000
 ) -> list[torch.Tensor]:
     """The direction (weights on ‖θ‖² = L) whose speed :func:`escape_speed` reports."""
     search = escape_search(X, G, depth=depth, width=width, seeds=[seed], steps=steps)
@@ -491,7 +491,7 @@ def stable_rank(A) -> float:
 
 def tail_mass(A) -> float:
     """tail(A) = Σ_{i≥2} s_i² / Σ_i s_i² = 1 − 1/srank(A), the quantity Theorem 3.1 bounds."""
-    return 1.0 - 1.0 / stable_rank(A)
+    return max(0.0, 1.0 - 1.0 / stable_rank(A))  # rounding can put srank a hair below 1
 
 
 def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray]:
@@ -723,7 +723,7 @@ def find_plateaus(losses, *, window: int, tolerance: float) -> list[tuple[int, i
     """Plateaus of a recorded loss curve: maximal stretches that stay within ``tolerance``.
 
     Record k starts a flat window if max − min of ``losses[k : k + window]`` is below
-    ``tolerance``; overlapping flat windows merge into one plateau. Returns a list of
+    ``tolerance``; flat windows that overlap or touch merge into one plateau. Returns a list of
     ``(first, last, median loss)`` with record indices (inclusive), in order.
     """
     losses = as_tensor(losses, "losses", ndim=1).numpy()
@@ -743,6 +743,8 @@ def find_plateaus(losses, *, window: int, tolerance: float) -> list[tuple[int, i
         while k + 1 < len(flat) and flat[k + 1]:
             k += 1
         last = k + window - 1
+        if plateaus and start <= plateaus[-1][1] + 1:  # overlaps the previous one: merge
+            start = plateaus.pop()[0]
         plateaus.append((start, last, float(np.median(losses[start : last + 1]))))
         k += 1
     return plateaus

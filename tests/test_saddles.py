@@ -242,3 +242,15 @@ def test_find_plateaus():
     assert found[0][2] == pytest.approx(2.3) and found[1][2] == pytest.approx(1.8)
     with pytest.raises(ValueError):
         saddles.find_plateaus(losses, window=1, tolerance=0.01)
+
+
+def test_find_plateaus_merges_overlapping_stretches():
+    # a blip separates two plateaus; flat windows that overlap are one plateau
+    losses = np.concatenate([np.full(8, 2.0), [2.05], np.full(8, 2.0)])
+    found = saddles.find_plateaus(losses, window=3, tolerance=0.01)
+    assert [(a, b) for a, b, _ in found] == [(0, 7), (9, 16)]
+    wiggle = np.array([1.0, 1.0, 1.0, 1.0, 1.008, 1.0, 1.0, 1.0, 1.0])
+    merged = saddles.find_plateaus(wiggle, window=4, tolerance=0.005)
+    assert [(a, b) for a, b, _ in merged] == [(0, 3), (5, 8)]
+    joined = saddles.find_plateaus(np.full(12, 1.0), window=3, tolerance=0.01)
+    assert [(a, b) for a, b, _ in joined] == [(0, 11)]
