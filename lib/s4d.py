@@ -26,9 +26,10 @@ each ran alone, in one vectorized loop.
 
 **Precision.** The victim computes in float32 (the book's default is float64). Nothing in this
 experiment rests on a near-tie: the SSM entries are O(1), the decisions are argmaxes of logits that
-differ by O(1). On this 2-core machine float32 trained the batched victims about twice as fast
-(matrix products and GELU), and the chapter's time budget is spent almost entirely here. Inputs are
-still checked as float64 and converted inside.
+differ by O(1). On the book's 2-core machine one training step (forward and backward) of 8 runs
+on 64 digits took 0.057 s of CPU time in float32 against 0.137 s in float64 (2.4 times longer),
+and retraining the victims is almost the whole of the chapter's time budget. Inputs are still
+checked as float64 and converted inside.
 """
 
 from __future__ import annotations
