@@ -9,7 +9,7 @@ attacker picks P training images of class y_adv (the *budget*), adds perturbatio
 their *true* label y_adv, to the training set. The attack succeeds if a victim trained from scratch
 on the enlarged set classifies x_t as y_adv.
 
-**Gradient matching** (Geiping et al. 2021, eq. (3)). On a surrogate network θ trained on clean
+**Gradient matching** (Geiping et al. 2021). On a surrogate network θ trained on clean
 data, make the poisons' training gradient point where the adversarial target gradient points:
 
     ℳ(δ) = 1 − ⟨g_t, g_p(δ)⟩ / (‖g_t‖ ‖g_p(δ)‖),   g_t = ∇_θ ℓ(x_t, y_adv),

@@ -10,7 +10,7 @@ sequences of 64 pixels.
 pairs of state entries (state size N per channel). With A_n = −exp(ā_n) + i·ω_n (S4D-Lin
 initialization: ā_n = log ½, ω_n = π n), a learned step size Δ = exp(log Δ) and a complex
 output vector C (B is folded into C, as in S4D), zero-order-hold discretization gives the
-convolution kernel in closed form (Gu et al. 2022, eq. (5) with ZOH, a Vandermonde product)
+convolution kernel in closed form (Gu et al. 2022: zero-order hold, a Vandermonde product)
 
     K_l = 2 · Re Σ_n C_n · (exp(Δ A_n) − 1) / A_n · exp(Δ A_n)^l,   l = 0, …, L − 1,
 
@@ -124,7 +124,7 @@ def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
     """The ZOH convolution kernel K of shape (..., H, L) from S4D parameters of shape (..., H, N/2).
 
     K_l = 2 Re Σ_n C̃_n exp(Δ A_n)^l with C̃_n = C_n (exp(Δ A_n) − 1)/A_n, A_n = α_n + i ω_n,
-    α_n = −exp(log_a_re_n), Δ = exp(log_dt) (Gu et al. 2022, §3; the Vandermonde form of the
+    α_n = −exp(log_a_re_n), Δ = exp(log_dt) (Gu et al. 2022; the Vandermonde form of the
     kernel). Evaluated in real arithmetic: exp(Δ A_n)^l = e^{lΔα_n} (cos lΔω_n + i sin lΔω_n).
     """
     alpha, omega = -torch.exp(log_a_re), a_im
