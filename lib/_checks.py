@@ -1,36 +1,163 @@
 """Input validation shared by the public functions of :mod:`lib`.
 
 Every public function of the library rejects malformed input with a :class:`ValueError` that says
-what was expected and what came. These helpers keep those messages uniform.
+which argument, what was expected and what came. These helpers keep those messages uniform.
+
+The one policy on numeric types, applied by every helper below:
+
+* **floating point**: float64 only. A float32 (or float16, bfloat16) tensor or array is *rejected*,
+  never silently upcast, because float32 erases the near-ties this book studies (a gap of 1e-8 on
+  entries of size 1e-3). Python floats are float64 already.
+* **integers** (Python ints, numpy or torch integer dtypes) are exact, so they are *converted* to
+  float64 where a real number or tensor is expected (``[1, 2]`` is the tensor ``[1., 2.]``).
+* **booleans** are never numbers, and numbers or strings are never booleans: ``True`` is rejected
+  where a number is expected, and ``"False"`` (truthy!) where a flag is expected.
+* **complex** values, strings, ``None`` and other objects are rejected.
+* **non-finite** values (nan, ±inf) are rejected in inputs.
+
+Numerical failures met *during* a computation (a flow that turns nan, an eigensolver that does not
+converge) raise :class:`NumericalFailure`, a ``ValueError`` (and a ``RuntimeError``) whose message
+says what failed and where.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 DTYPE = torch.float64
 
+_TORCH_INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_REAL_TYPES = (int, float, np.floating, np.integer)
+
+
+class NumericalFailure(ValueError, RuntimeError):
+    """A computation on valid-looking input met nan/inf or a solver failure (never silent)."""
+
+
+def _describe(value) -> str:
+    """A short description of what came: its repr for scalars, its type and shape otherwise."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
+    if isinstance(value, np.ndarray):
+        return f"a numpy array of dtype {value.dtype} and shape {value.shape}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_real_number(value) -> bool:
+    return isinstance(value, _REAL_TYPES) and not isinstance(value, (bool, np.bool_))
+
+
+def as_bool(value, name: str) -> bool:
+    """A real boolean (``True``/``False``, or a numpy bool), else a ValueError.
+
+    Strings such as ``"False"`` are truthy in Python; they are rejected, as are 0 and 1.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {_describe(value)}")
+
+
+def as_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as a Python int in [minimum, maximum] (no bools, no floats, not even 2.0)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {_describe(value)}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
+def as_float(
+    value,
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    open_minimum: bool = False,
+    open_maximum: bool = False,
+) -> float:
+    """``value`` as a finite Python float in the given (closed, or open) range."""
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
+        if value.dtype in (torch.float64, np.float64) or (
+            isinstance(value, torch.Tensor) and value.dtype in _TORCH_INTEGER
+        ):
+            value = value.item()
+    if not _is_real_number(value):
+        raise ValueError(f"{name} must be a real number, got {_describe(value)}")
+    if isinstance(value, np.floating) and value.dtype != np.float64:
+        raise ValueError(f"{name} must be a float64 number, got a {value.dtype} scalar")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    low_bad = minimum is not None and (value <= minimum if open_minimum else value < minimum)
+    high_bad = maximum is not None and (value >= maximum if open_maximum else value > maximum)
+    if low_bad or high_bad:
+        low = "(-inf" if minimum is None else ("(" if open_minimum else "[") + f"{minimum}"
+        high = "inf)" if maximum is None else f"{maximum}" + (")" if open_maximum else "]")
+        raise ValueError(f"{name} must lie in {low}, {high}, got {value}")
+    return value
+
+
+def as_positive_float(value, name: str, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a finite float > 0 (or >= 0 with ``allow_zero``)."""
+    if isinstance(value, (bool, np.bool_)) or not _is_real_number(value):
+        raise ValueError(f"{name} must be a real number, got {_describe(value)}")
+    value = as_float(value, name)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
+    return value
+
+
+def as_callable(value, name: str, signature: str = "") -> object:
+    """``value`` if it is callable, else a ValueError (``signature`` describes what is expected)."""
+    if not callable(value):
+        what = f" {signature}" if signature else ""
+        raise ValueError(f"{name} must be a callable{what}, got {_describe(value)}")
+    return value
+
+
+def as_choice(value, name: str, options: Sequence):
+    """``value`` if it is one of ``options`` (compared as equal, same type), else a ValueError."""
+    for option in options:
+        if type(value) is type(option) and value == option:
+            return value
+    raise ValueError(f"{name} must be one of {tuple(options)}, got {_describe(value)}")
+
 
 def as_tensor(
-    value, name: str, *, ndim: int | None = None, min_ndim: int | None = None
+    value,
+    name: str,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    shape: tuple | None = None,
+    nonempty: bool = False,
 ) -> torch.Tensor:
     """Return ``value`` as a finite float64 tensor, or raise a ``ValueError``.
 
-    Python numbers, lists and float64 numpy arrays are converted. A torch tensor of another floating
-    dtype is *rejected* rather than silently upcast, because float32 erases the near-ties this book
-    studies (a gap of 1e-8 on entries of size 1e-3).
+    Follows the module's policy: float64 tensors pass through unchanged (no copy, so autograd
+    still reaches them); Python numbers, (nested) lists, integer tensors and float64 or integer
+    numpy arrays are converted; float32 and other floating dtypes, complex and bool are rejected.
+    ``shape`` may hold ``None`` for a free dimension; ``nonempty`` rejects tensors without entries.
     """
     if isinstance(value, torch.Tensor):
-        if value.dtype != DTYPE:
+        if value.dtype in _TORCH_INTEGER:
+            tensor = value.to(DTYPE)
+        elif value.dtype != DTYPE:
             raise ValueError(
                 f"{name} must be a torch.float64 tensor, got dtype {value.dtype}; "
                 f"convert with {name}.double() (float32 erases the tiny gaps these models need)"
             )
-        tensor = value
+        else:
+            tensor = value
     elif isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiu":
             raise ValueError(
@@ -39,45 +166,51 @@ def as_tensor(
         if value.dtype.kind == "f" and value.dtype != np.float64:
             raise ValueError(f"{name} must be float64, got a numpy array of dtype {value.dtype}")
         tensor = torch.as_tensor(value, dtype=DTYPE)
-    elif isinstance(value, (int, float, list, tuple)) and not isinstance(value, bool):
+    elif _is_real_number(value) or isinstance(value, (list, tuple)):
+        if isinstance(value, np.floating) and value.dtype != np.float64:
+            raise ValueError(f"{name} must be float64, got a {value.dtype} scalar")
+        if isinstance(value, (list, tuple)) and _has_non_real(value):
+            raise ValueError(
+                f"{name} must be a number or a (nested) list of real numbers, "
+                f"got {_describe(value)}"
+            )
         try:
             tensor = torch.as_tensor(value, dtype=DTYPE)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, RuntimeError, OverflowError) as err:
             raise ValueError(
-                f"{name} must be a number or a (nested) list of numbers: {err}"
+                f"{name} must be a number or a (nested) list of numbers of equal lengths: {err}"
             ) from None
     else:
-        raise ValueError(f"{name} must be a float64 torch tensor, got {type(value).__name__}")
+        raise ValueError(f"{name} must be a float64 torch tensor, got {_describe(value)}")
     if ndim is not None and tensor.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(tensor.shape)}")
     if min_ndim is not None and tensor.ndim < min_ndim:
         raise ValueError(
             f"{name} must have at least {min_ndim} dimension(s), got shape {tuple(tensor.shape)}"
         )
+    if shape is not None:
+        expected = tuple(shape)
+        if tensor.ndim != len(expected) or any(
+            e is not None and e != s for e, s in zip(expected, tensor.shape, strict=True)
+        ):
+            wanted = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
+            raise ValueError(f"{name} must have shape {wanted}, got {tuple(tensor.shape)}")
+    if nonempty and tensor.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(tensor.shape)}")
     if not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{name} must be finite, got non-finite entries (nan or inf)")
     return tensor
 
 
-def as_int(value, name: str, *, minimum: int | None = None) -> int:
-    """Return ``value`` as a Python int (no bools, no fractional floats) at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-def as_positive_float(value, name: str, *, allow_zero: bool = False) -> float:
-    """Return ``value`` as a finite float > 0 (or >= 0 with ``allow_zero``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
-    return value
+def _has_non_real(values) -> bool:
+    """True if a nested list/tuple holds anything but real numbers (bools and strings count)."""
+    for item in values:
+        if isinstance(item, (list, tuple)):
+            if _has_non_real(item):
+                return True
+        elif not _is_real_number(item):
+            return True
+    return False
 
 
 def check_params(params, name: str = "params") -> dict[str, torch.Tensor]:
@@ -105,10 +238,29 @@ def same_shapes(name_to_tensor: Mapping[str, torch.Tensor]) -> None:
 def as_list(values, name: str) -> list:
     """A non-empty list/tuple/array of values, else a ValueError naming what came."""
     if not isinstance(values, (list, tuple, np.ndarray)) or len(values) == 0:
-        raise ValueError(f"{name} must be a non-empty list, got {values!r:.60}")
+        raise ValueError(f"{name} must be a non-empty list, got {_describe(values)}")
     return list(values)
 
 
+SEED_LIMIT = 2**32 - 1
+"""The largest seed numpy's ``RandomState`` accepts (torch's generators accept it too)."""
+
+
+def as_seed(value, name: str = "seed") -> int:
+    """An integer seed in [0, 2³² − 1]."""
+    return as_int(value, name, minimum=0, maximum=SEED_LIMIT)
+
+
 def as_seeds(seeds, name: str = "seeds") -> list[int]:
-    """A non-empty list of integer seeds >= 0."""
-    return [as_int(s, "seed", minimum=0) for s in as_list(seeds, name)]
+    """A non-empty list of integer seeds in [0, 2³² − 1]."""
+    return [as_seed(s, f"{name}[{i}]") for i, s in enumerate(as_list(seeds, name))]
+
+
+def check_finite_result(value, what: str) -> None:
+    """Raise :class:`NumericalFailure` if a computed tensor/array/number holds nan or inf."""
+    if isinstance(value, torch.Tensor):
+        finite = bool(torch.isfinite(value).all())
+    else:
+        finite = bool(np.all(np.isfinite(np.asarray(value, dtype=np.float64))))
+    if not finite:
+        raise NumericalFailure(f"{what} is not finite (nan or inf): the computation overflowed")

@@ -48,6 +48,7 @@ def book_mode() -> str:
 def torch_threads() -> int:
     """The number of torch threads: ``BOOK_TORCH_THREADS`` (a positive integer), default 1."""
     value = os.environ.get("BOOK_TORCH_THREADS", "1").strip() or "1"
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"BOOK_TORCH_THREADS must be a positive integer, got {value!r}")
+    # isdigit() alone accepts "²" and other Unicode digits that int() rejects
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 1024:
+        raise ValueError(f"BOOK_TORCH_THREADS must be an integer in 1..1024, got {value!r}")
     return int(value)

@@ -8,8 +8,8 @@ closure ``loss(params) -> scalar`` over a dict of float64 tensors (the engine's 
 * :func:`hessian_vector_product`, by double back-propagation (exact, no finite differences: the
   almost-everywhere Hessian of a ReLU network, consistent with the paper's Lemma 9);
 * :func:`dense_hessian` for small models;
-* :func:`extreme_eigenvalues`, by Lanczos (``scipy.sparse.linalg.eigsh`` on a ``LinearOperator``)
-  or, below ``dense_limit`` parameters, by a dense symmetric eigensolver.
+* :func:`extreme_eigenvalues`, by Lanczos iteration with full reorthogonalization on
+  Hessian-vector products or, below ``dense_limit`` parameters, by a dense symmetric eigensolver.
 """
 
 from __future__ import annotations
@@ -18,9 +18,18 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import LinearOperator, eigsh
+from scipy.linalg import eigh_tridiagonal
 
-from lib._checks import DTYPE, as_int, check_params
+from lib._checks import (
+    DTYPE,
+    NumericalFailure,
+    as_callable,
+    as_float,
+    as_int,
+    as_tensor,
+    check_finite_result,
+    check_params,
+)
 
 Loss = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
 
@@ -30,8 +39,7 @@ def _leaves(params) -> dict[str, torch.Tensor]:
 
 
 def _check_loss(loss) -> None:
-    if not callable(loss):
-        raise ValueError(f"loss must be a callable params -> scalar, got {type(loss).__name__}")
+    as_callable(loss, "loss", "params -> scalar tensor")
 
 
 def _flat(inputs, grads) -> torch.Tensor:
@@ -46,8 +54,9 @@ def _flat(inputs, grads) -> torch.Tensor:
 
 def _gradient(loss: Loss, leaves: dict[str, torch.Tensor]) -> torch.Tensor:
     value = loss(leaves)
-    if not isinstance(value, torch.Tensor) or value.numel() != 1:
-        raise ValueError(f"loss(params) must return a scalar tensor, got {value!r:.60}")
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or value.dtype != DTYPE:
+        raise ValueError(f"loss(params) must return a float64 scalar tensor, got {value!r:.60}")
+    check_finite_result(value, "loss(params)")
     inputs = list(leaves.values())
     if not value.requires_grad:  # the loss does not depend on the parameters
         return _flat(inputs, [None] * len(inputs))
@@ -72,12 +81,14 @@ def hessian_vector_product(loss: Loss, params, vector) -> torch.Tensor:
     """∇²f(θ) v for the flattened parameter vector (tensors concatenated in dict order)."""
     _check_loss(loss)
     leaves = _leaves(params)
-    vector = torch.as_tensor(vector, dtype=DTYPE).reshape(-1)
+    vector = as_tensor(vector, "vector").reshape(-1)
     size = sum(v.numel() for v in leaves.values())
     if vector.numel() != size:
         raise ValueError(f"vector must have P = {size} entries, got {vector.numel()}")
     gradient = _gradient(loss, leaves)
-    return _second_derivative(gradient, list(leaves.values()), vector).detach()
+    product = _second_derivative(gradient, list(leaves.values()), vector).detach()
+    check_finite_result(product, "the Hessian-vector product")
+    return product
 
 
 def dense_hessian(loss: Loss, params) -> torch.Tensor:
@@ -89,20 +100,36 @@ def dense_hessian(loss: Loss, params) -> torch.Tensor:
     basis = torch.eye(gradient.numel(), dtype=DTYPE)
     rows = [_second_derivative(gradient, inputs, e, retain_graph=True) for e in basis]
     hessian = torch.stack(rows).detach()
+    check_finite_result(hessian, "the Hessian")
     return 0.5 * (hessian + hessian.T)
 
 
 def extreme_eigenvalues(
-    loss: Loss, params, *, dense_limit: int = 400, tol: float = 1e-10
+    loss: Loss,
+    params,
+    *,
+    dense_limit: int = 400,
+    tol: float = 1e-10,
+    max_steps: int = 300,
 ) -> tuple[float, float]:
     """(λ_min, λ_max) of ∇²f(θ).
 
-    Up to ``dense_limit`` parameters the Hessian is formed and diagonalized exactly; above, each
-    end of the spectrum is found by Lanczos iteration (ARPACK through ``eigsh``) on Hessian-vector
-    products, to relative tolerance ``tol``.
+    Up to ``dense_limit`` parameters the Hessian is formed and diagonalized exactly. Above, both
+    ends of the spectrum come from one Lanczos iteration on Hessian-vector products, with full
+    reorthogonalization, from a fixed random start (seed 0): after m steps the Ritz values (the
+    eigenvalues of the m × m tridiagonal matrix T_m) bracket the spectrum from inside, and the
+    iteration stops when the residual ‖∇²f y − θ y‖ of both extreme Ritz pairs is at most ``tol``
+    times the largest |Ritz value|. An exactly invariant Krylov space (a Hessian with few distinct
+    eigenvalues, or the zero Hessian of a deep linear network at zero weights) ends the iteration
+    early with exact values: for a random start it holds every distinct eigenvalue.
+
+    Raises :class:`lib._checks.NumericalFailure` if the Hessian-vector products are not finite or
+    the iteration has not converged after ``max_steps`` steps.
     """
     _check_loss(loss)
     dense_limit = as_int(dense_limit, "dense_limit", minimum=1)
+    tol = as_float(tol, "tol", minimum=1e-15, maximum=1e-1)
+    max_steps = as_int(max_steps, "max_steps", minimum=2)
     size = parameter_count(params)
     if size <= dense_limit:
         values = torch.linalg.eigvalsh(dense_hessian(loss, params))
@@ -112,11 +139,41 @@ def extreme_eigenvalues(
     inputs = list(leaves.values())
 
     def matvec(v: np.ndarray) -> np.ndarray:
-        direction = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64).reshape(-1))
-        return _second_derivative(gradient, inputs, direction, retain_graph=True).numpy()
+        product = _second_derivative(gradient, inputs, torch.from_numpy(v), retain_graph=True)
+        check_finite_result(product, "a Hessian-vector product")
+        return product.numpy()
 
-    operator = LinearOperator((size, size), matvec=matvec, dtype=np.float64)
+    return _lanczos_extremes(matvec, size, tol, min(max_steps, size))
+
+
+def _lanczos_extremes(matvec, size: int, tol: float, steps: int) -> tuple[float, float]:
+    """Extreme eigenvalues of a symmetric operator by Lanczos with full reorthogonalization."""
+    basis = np.zeros((steps, size))
     start = np.random.RandomState(0).normal(size=size)
-    low = eigsh(operator, k=1, which="SA", tol=tol, v0=start, return_eigenvectors=False)[0]
-    high = eigsh(operator, k=1, which="LA", tol=tol, v0=start, return_eigenvectors=False)[0]
-    return float(low), float(high)
+    basis[0] = start / np.linalg.norm(start)
+    alphas: list[float] = []
+    betas: list[float] = []
+    scale = 0.0
+    for m in range(steps):
+        w = matvec(basis[m])
+        alphas.append(float(basis[m] @ w))
+        w = w - alphas[-1] * basis[m] - (betas[-1] * basis[m - 1] if m > 0 else 0.0)
+        for _ in range(2):  # twice is enough (Kahan–Parlett)
+            w = w - basis[: m + 1].T @ (basis[: m + 1] @ w)
+        beta = float(np.linalg.norm(w))
+        ritz, vectors = eigh_tridiagonal(
+            np.array(alphas), np.array(betas), eigvals_only=False, lapack_driver="stev"
+        )
+        scale = max(scale, float(np.abs(ritz).max()), float(np.abs(alphas).max()))
+        if beta <= 1e-14 * max(scale, 1e-300) or scale == 0.0:  # invariant subspace: exact
+            return float(ritz[0]), float(ritz[-1])
+        residuals = beta * np.abs(vectors[-1, [0, -1]])
+        if m >= 1 and residuals.max() <= tol * scale:
+            return float(ritz[0]), float(ritz[-1])
+        if m + 1 < steps:
+            basis[m + 1] = w / beta
+            betas.append(beta)
+    raise NumericalFailure(
+        f"extreme_eigenvalues: Lanczos did not converge to tol = {tol:g} in {steps} steps "
+        f"(residual {residuals.max():.2e} against {tol * scale:.2e}); raise max_steps or tol"
+    )

@@ -25,7 +25,17 @@ import numpy as np
 import torch
 from numpy.polynomial import legendre
 
-from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
+from lib._checks import (
+    DTYPE,
+    as_callable,
+    as_int,
+    as_list,
+    as_positive_float,
+    as_seed,
+    as_seeds,
+    as_tensor,
+    check_params,
+)
 from lib.flow import Trajectory, gradient_descent, gradient_flow, log_grid
 from lib.ssm import SSM, impulse_response
 
@@ -218,14 +228,18 @@ def balanced_field(w, k: int):
 
 def balanced_init(d: int, seed: int, *, init_scale: float) -> dict[str, torch.Tensor]:
     """a, b with i.i.d. N(0, init_scale²) entries from ``numpy.random.RandomState(seed)``."""
-    d = as_int(d, "d", minimum=1)
-    seed = as_int(seed, "seed", minimum=0)
+    d = as_int(d, "d", minimum=1, maximum=10**7)
+    seed = as_seed(seed)
     init_scale = as_positive_float(init_scale, "init_scale")
     rng = np.random.RandomState(seed)
     return {
         "a": torch.from_numpy(rng.normal(0.0, init_scale, d)),
         "b": torch.from_numpy(rng.normal(0.0, init_scale, d)),
     }
+
+
+BALANCED_FLOW_LIMIT = 1e12
+"""The longest time :func:`balanced_flow` integrates (the book uses 1e8)."""
 
 
 def balanced_flow(
@@ -238,8 +252,20 @@ def balanced_flow(
     would spend its effort on finite differences. Recorded at 0 and ``points − 1`` log-spaced times.
     """
     time = as_positive_float(time, "time")
-    points = as_int(points, "points", minimum=2)
+    if time > BALANCED_FLOW_LIMIT:
+        raise ValueError(
+            f"time must be at most {BALANCED_FLOW_LIMIT:.0e}, got {time:.3g}: the flow has long "
+            "reached zero loss there, and LSODA's work grows without end (t = 1e20 took 78 586 "
+            "evaluations, twenty seconds)"
+        )
+    points = as_int(points, "points", minimum=2, maximum=10**6)
     gradient, jacobian = balanced_field(w, k)
+    params = check_params(params)
+    if set(params) != {"a", "b"} or params["a"].ndim != 1 or params["a"].shape != params["b"].shape:
+        raise ValueError(
+            "params must be {'a': (d,), 'b': (d,)} of one length, got "
+            + ", ".join(f"{key} {tuple(v.shape)}" for key, v in params.items())
+        )
     grid = log_grid(time, points)
     return gradient_flow(
         None,
@@ -271,8 +297,8 @@ def extrapolation_sweep(
     (:func:`moment_teacher`) up to ``time`` (log time), then the tail error of its impulse
     response. Returns an array of shape ``(len(ks), len(seeds))``.
     """
-    ks = [as_int(k, "k", minimum=1) for k in ks]
-    seeds = [as_int(s, "seed", minimum=0) for s in seeds]
+    ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
+    seeds = as_seeds(seeds)
     horizon = as_int(horizon, "horizon", minimum=2)
     if not ks or not seeds or max(ks) >= horizon:
         raise ValueError(f"need non-empty ks and seeds with every k < horizon = {horizon}")
@@ -299,7 +325,7 @@ def balanced_descent_field(w, ks: Sequence[int]):
     A ``gradient`` closure for :func:`lib.flow.gradient_descent` with ``runs = R``.
     """
     w = as_tensor(w, "w", ndim=1)
-    ks = [as_int(k, "k", minimum=1) for k in ks]
+    ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     length = max(ks)
     if w.shape[0] < length:
         raise ValueError(f"w needs at least max(ks) = {length} entries")
@@ -327,7 +353,7 @@ def linear_rnn_response(a, b, c, length: int) -> torch.Tensor:
     a = as_tensor(a, "A", min_ndim=2)
     b = as_tensor(b, "B", min_ndim=1)
     c = as_tensor(c, "C", min_ndim=1)
-    length = as_int(length, "length", minimum=1)
+    length = as_int(length, "length", minimum=1, maximum=10**6)
     if a.shape[-1] != a.shape[-2] or b.shape != a.shape[:-1] or c.shape != b.shape:
         raise ValueError(
             f"expected A (..., d, d), B and C (..., d); got {tuple(a.shape)}, {tuple(b.shape)}, "
@@ -355,7 +381,7 @@ def general_descent_field(w, ks: Sequence[int]):
     Parameters ``{"A": (R, d, d), "B": (R, d), "C": (R, d)}``.
     """
     w = as_tensor(w, "w", ndim=1)
-    ks = [as_int(k, "k", minimum=1) for k in ks]
+    ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     length = max(ks)
     if w.shape[0] < length:
         raise ValueError(f"w needs at least max(ks) = {length} entries")
@@ -383,11 +409,11 @@ def general_descent_field(w, ks: Sequence[int]):
 
 def general_init(d: int, seeds: Sequence[int], *, init_scale: float) -> dict[str, torch.Tensor]:
     """Dense A, B, C with i.i.d. N(0, init_scale²) entries, one student per seed (RandomState)."""
-    d = as_int(d, "d", minimum=1)
+    d = as_int(d, "d", minimum=1, maximum=10**4)
     init_scale = as_positive_float(init_scale, "init_scale")
     draws = []
-    for seed in seeds:
-        rng = np.random.RandomState(as_int(seed, "seed", minimum=0))
+    for seed in as_seeds(seeds):
+        rng = np.random.RandomState(seed)
         draws.append([rng.normal(0.0, init_scale, shape) for shape in ((d, d), (d,), (d,))])
     return {
         name: torch.from_numpy(np.stack([draw[i] for draw in draws]))
@@ -425,8 +451,16 @@ def train_adam(
     (A MultiStepLR schedule as in App. B.1.2; each phase is one call of the engine, continuing
     from where the previous ended, so Adam's moment estimates restart at each milestone.)
     """
+    as_callable(field, "field", "params -> (losses, gradients)")
+    runs = as_int(runs, "runs", minimum=1)
+    lr = as_positive_float(lr, "lr")
     steps = as_int(steps, "steps", minimum=1)
-    checked = [as_int(m, "milestone", minimum=1) for m in milestones]
+    record_every = as_int(record_every, "record_every", minimum=1)
+    if not isinstance(milestones, (list, tuple)):
+        raise ValueError(f"milestones must be a list of step numbers, got {milestones!r:.60}")
+    checked = [as_int(m, f"milestones[{i}]", minimum=1) for i, m in enumerate(milestones)]
+    if any(later <= earlier for earlier, later in zip(checked, checked[1:], strict=False)):
+        raise ValueError(f"milestones must be strictly increasing, got {checked}")
     bounds = [0, *[m for m in checked if m < steps], steps]
     pieces, current = [], params
     for phase, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
@@ -464,8 +498,8 @@ class GRUNet(torch.nn.Module):
 
     def __init__(self, hidden: int, seed: int):
         super().__init__()
-        hidden = as_int(hidden, "hidden", minimum=1)
-        seed = as_int(seed, "seed", minimum=0)
+        hidden = as_int(hidden, "hidden", minimum=1, maximum=10_000)
+        seed = as_seed(seed)
         with torch.random.fork_rng():  # a seeded init that leaves the global RNG alone
             torch.manual_seed(seed)
             self.gru = torch.nn.GRU(1, hidden, batch_first=True, dtype=DTYPE)
@@ -481,7 +515,7 @@ def gru_teacher(hidden: int, target, *, steps: int = 300, lr: float = 1e-2, seed
     ``target``, then frozen. Random GRUs mostly decay or saturate; this gives a teacher whose
     response carries information for as long as the target does.
     """
-    target = as_tensor(target, "target", ndim=1)
+    target = as_tensor(target, "target", ndim=1, nonempty=True)
     steps = as_int(steps, "steps", minimum=1)
     net = GRUNet(hidden, seed)
     impulse = torch.zeros(1, target.shape[0], dtype=DTYPE)
@@ -509,11 +543,13 @@ def train_gru_student(
 ) -> GRUNet:
     """Train a GRU student (Adam, fresh N(0, 1) sequences of length k each step) on the teacher's
     output at the last step, the non-linear analogue of the linear setting (App. C.2.3)."""
+    _check_gru(teacher, "teacher")
     k = as_int(k, "k", minimum=1)
     steps = as_int(steps, "steps", minimum=1)
     batch = as_int(batch, "batch", minimum=1)
+    seed = as_int(seed, "seed", minimum=0, maximum=2**32 - 2)  # the student's init uses seed + 1
     student = GRUNet(hidden, seed + 1)
-    generator = torch.Generator().manual_seed(as_int(seed, "seed", minimum=0))
+    generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(student.parameters(), lr=as_positive_float(lr, "lr"))
     for _ in range(steps):
         x = torch.randn(batch, k, generator=generator, dtype=DTYPE)
@@ -524,11 +560,19 @@ def train_gru_student(
     return student
 
 
+def _check_gru(net, name: str) -> None:
+    if not isinstance(net, GRUNet):
+        raise ValueError(f"{name} must be a GRUNet, got {type(net).__name__}")
+
+
 def gru_tail_error(student: GRUNet, teacher: GRUNet, k: int, *, length: int = 48, n: int = 256):
     """The paper's GRU metric beyond the training length: max over steps k ≤ t < length of the
     mean (over n random N(0, 1) sequences, fixed seed) absolute output difference."""
+    _check_gru(student, "student")
+    _check_gru(teacher, "teacher")
     k = as_int(k, "k", minimum=0)
     length = as_int(length, "length", minimum=k + 1)
+    n = as_int(n, "n", minimum=1)
     x = torch.randn(n, length, generator=torch.Generator().manual_seed(12345), dtype=DTYPE)
     with torch.no_grad():
         gap = (student(x) - teacher(x)).abs().mean(0)

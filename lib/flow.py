@@ -23,7 +23,16 @@ import numpy as np
 import torch
 from scipy.integrate import odeint, solve_ivp
 
-from lib._checks import as_int, as_positive_float, check_params
+from lib._checks import (
+    NumericalFailure,
+    as_bool,
+    as_choice,
+    as_float,
+    as_int,
+    as_positive_float,
+    as_tensor,
+    check_params,
+)
 
 Params = dict[str, torch.Tensor]
 Loss = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
@@ -32,6 +41,11 @@ Gradient = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, Mapping[st
 OPTIMIZERS = ("gd", "adaptive", "adam")
 ADAM_FORMS = ("torch", "keras")
 ODE_METHODS = ("LSODA", "RK45", "RK23", "DOP853", "Radau", "BDF")
+LOG_TIME_LIMIT = 1e200
+"""The longest horizon :func:`gradient_flow` integrates in log time."""
+BLOW_UP = 1e150
+"""A state entry beyond this, evaluation after evaluation, means the flow blows up."""
+BLOW_UP_STREAK = 50
 
 
 @dataclass(frozen=True)
@@ -71,8 +85,7 @@ class Trajectory:
 
     def at(self, index: int) -> Params:
         """The parameters at recorded position ``index`` as float64 tensors."""
-        if not -len(self) <= index < len(self):
-            raise ValueError(f"index must be in [-{len(self)}, {len(self)}), got {index}")
+        index = as_int(index, "index", minimum=-len(self), maximum=len(self) - 1)
         return {k: torch.from_numpy(np.array(v[index])) for k, v in self.params.items()}
 
     @property
@@ -85,7 +98,7 @@ def log_grid(horizon: float, points: int) -> np.ndarray:
     """Recording times for long flows: 0, then ``points − 1`` geometrically spaced times from
     min(1e-2, horizon/100) to ``horizon`` (just [0, horizon] when ``points`` is 2)."""
     horizon = as_positive_float(horizon, "horizon")
-    points = as_int(points, "points", minimum=2)
+    points = as_int(points, "points", minimum=2, maximum=10**7)
     if points == 2:
         return np.array([0.0, horizon])
     return np.concatenate([[0.0], np.geomspace(min(1e-2, horizon / 100), horizon, points - 1)])
@@ -140,6 +153,8 @@ def _gradients(loss: Loss, params: Params) -> tuple[torch.Tensor, list[torch.Ten
 
 
 def _check_loss_or_gradient(loss, gradient) -> None:
+    if gradient is None and loss is None:
+        raise ValueError("give a loss closure params -> scalar tensor, or a gradient closure")
     if gradient is not None:
         if not callable(gradient):
             raise ValueError(
@@ -220,18 +235,26 @@ def gradient_flow(
     Returns
     -------
     Trajectory with ``times = t_eval``; ``info`` holds the solver's evaluation count and message.
+
+    Raises
+    ------
+    ValueError
+        For malformed arguments (which one, what was expected, what came).
+    lib._checks.NumericalFailure
+        (a ``ValueError`` and a ``RuntimeError``) when the solve fails or its result is not
+        finite: the solver reports a failure, the gradient or the loss turns nan/inf along the
+        way (e.g. ``sqrt(w)`` once w crosses 0), or the horizon is too long or too short for
+        float64 (t = 1e100 without ``log_time``). A trajectory is never returned with nan in it.
     """
     _check_loss_or_gradient(loss, gradient)
     theta0 = check_params(params)
-    if method not in ODE_METHODS:
-        raise ValueError(f"method must be one of {ODE_METHODS}, got {method!r}")
+    log_time = as_bool(log_time, "log_time")
+    method = as_choice(method, "method", ODE_METHODS)
     rtol = as_positive_float(rtol, "rtol")
     atol = as_positive_float(atol, "atol")
-    times = np.asarray(t_eval, dtype=np.float64)
-    if times.ndim != 1 or times.size == 0:
-        raise ValueError(f"t_eval must be a non-empty 1-D array of times, got shape {times.shape}")
-    if not np.all(np.isfinite(times)) or times[0] < 0 or np.any(np.diff(times) <= 0):
-        raise ValueError("t_eval must be finite, non-negative and strictly increasing")
+    times = as_tensor(t_eval, "t_eval", ndim=1, nonempty=True).numpy().copy()
+    if times[0] < 0 or np.any(np.diff(times) <= 0):
+        raise ValueError(f"t_eval must be non-negative and strictly increasing, got {_head(times)}")
 
     packer = _Packer(theta0)
 
@@ -240,7 +263,20 @@ def gradient_flow(
             return float(_scalar_loss(loss, theta))
         return float(_run_losses(gradient(theta)[0], None, "gradient(params)[0]")[0])
 
+    streak = [0]  # consecutive evaluations at nan/inf or beyond BLOW_UP
+
     def negative_gradient(theta: np.ndarray) -> np.ndarray:
+        # A rejected trial step may land anywhere once; a flow that blows up keeps landing there.
+        if not np.isfinite(theta).all() or np.abs(theta).max(initial=0.0) > BLOW_UP:
+            streak[0] += 1
+            if streak[0] >= BLOW_UP_STREAK:
+                raise NumericalFailure(
+                    f"gradient_flow: the flow blows up (the solver's state stayed nan/inf or "
+                    f"beyond {BLOW_UP:.0e} for {BLOW_UP_STREAK} evaluations in a row; the loss "
+                    "or its gradient is not finite along the way)"
+                )
+        else:
+            streak[0] = 0
         if gradient is None:
             _, grads = _gradients(loss, packer.unpack(theta, requires_grad=True))
         else:
@@ -293,6 +329,16 @@ def gradient_flow(
     if span[1] == 0.0:  # only t = 0 requested
         states = packer.pack(theta0)[None, :]
         info = {"nfev": 0, "message": "nothing to integrate"}
+    elif log_time and times[-1] > LOG_TIME_LIMIT:
+        raise ValueError(
+            f"t_eval[-1] = {times[-1]:.3g} is beyond {LOG_TIME_LIMIT:.0e}, the longest horizon "
+            "in log time: the solver steps past the end, where e^τ overflows float64"
+        )
+    elif span[1] < 1e-150:
+        raise ValueError(
+            f"t_eval[-1] = {times[-1]:.3g} is too short to integrate in float64 (the solver's "
+            "first step underflows); record only t = 0, or use a horizon above 1e-150"
+        )
     elif method == "LSODA":
         states, info = _lsoda(rhs, packer.pack(theta0), grid, rtol, atol, jacobian_options)
     else:
@@ -307,13 +353,32 @@ def gradient_flow(
             **jacobian_options,
         )
         if not sol.success:
-            raise RuntimeError(f"gradient_flow: the ODE solver failed ({sol.message})")
+            raise NumericalFailure(f"gradient_flow: the ODE solver failed ({sol.message})")
         states = sol.y.T
         info = {"nfev": int(sol.nfev), "njev": int(sol.njev), "message": sol.message}
 
+    _check_finite_states(states, times, "gradient_flow: the parameters")
     with torch.no_grad():
         losses = np.array([loss_value(packer.unpack(s)) for s in states])
+    _check_finite_states(losses[:, None], times, "gradient_flow: the loss")
     return Trajectory(times=times.copy(), params=packer.history(states), losses=losses, info=info)
+
+
+def _head(values: np.ndarray) -> str:
+    text = np.array2string(values[:6], precision=3)
+    return text if values.size <= 6 else text[:-1] + " ...]"
+
+
+def _check_finite_states(values: np.ndarray, times: np.ndarray, what: str) -> None:
+    """Raise :class:`NumericalFailure` at the first recorded time where ``values`` is not finite."""
+    finite = np.isfinite(values).all(axis=-1)
+    if not finite.all():
+        first = int(np.argmin(finite))
+        raise NumericalFailure(
+            f"{what} turned nan/inf at the recorded time t = {times[first]:.6g} (position "
+            f"{first}); the loss or its gradient is not finite there, or the horizon "
+            f"{times[-1]:.3g} is beyond what float64 can integrate"
+        )
 
 
 def _lsoda(rhs, theta0: np.ndarray, grid: np.ndarray, rtol: float, atol: float, jacobian_options):
@@ -332,7 +397,7 @@ def _lsoda(rhs, theta0: np.ndarray, grid: np.ndarray, rtol: float, atol: float, 
         full_output=True,
     )
     if out["message"] != "Integration successful.":
-        raise RuntimeError(f"gradient_flow: the ODE solver failed ({out['message']})")
+        raise NumericalFailure(f"gradient_flow: the ODE solver failed ({out['message']})")
     info = {"nfev": int(out["nfe"][-1]), "njev": int(out["nje"][-1]), "message": out["message"]}
     return (states[1:] if start else states), info
 
@@ -467,8 +532,7 @@ def gradient_descent(
     """
     _check_loss_or_gradient(loss, gradient)
     theta = check_params(params)
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    optimizer = as_choice(optimizer, "optimizer", OPTIMIZERS)
     steps = as_int(steps, "steps", minimum=0)
     record_every = as_int(record_every, "record_every", minimum=1)
     extra_steps = as_int(extra_steps, "extra_steps", minimum=0)
@@ -480,20 +544,21 @@ def gradient_descent(
                 f"a list of learning rates needs runs = its length; got {len(lr)} rates and "
                 f"runs = {runs}"
             )
-        lrs = torch.tensor([as_positive_float(v, "lr") for v in lr], dtype=torch.float64)
+        lrs = torch.tensor(
+            [as_positive_float(v, f"lr[{i}]") for i, v in enumerate(lr)], dtype=torch.float64
+        )
     else:
         lrs = torch.full((runs or 1,), as_positive_float(lr, "lr"), dtype=torch.float64)
     if stop_loss is not None:
         stop_loss = as_positive_float(stop_loss, "stop_loss", allow_zero=True)
-    if not 0 <= beta < 1:
-        raise ValueError(f"beta must be in [0, 1), got {beta}")
+    beta = as_float(beta, "beta", minimum=0.0, maximum=1.0, open_maximum=True)
     softening = as_positive_float(softening, "softening", allow_zero=True)
-    b1, b2 = adam_betas
-    if not (0 <= b1 < 1 and 0 <= b2 < 1):
-        raise ValueError(f"adam_betas must lie in [0, 1), got {adam_betas}")
+    if not isinstance(adam_betas, (tuple, list)) or len(adam_betas) != 2:
+        raise ValueError(f"adam_betas must be a pair (beta1, beta2), got {adam_betas!r:.60}")
+    b1 = as_float(adam_betas[0], "adam_betas[0]", minimum=0.0, maximum=1.0, open_maximum=True)
+    b2 = as_float(adam_betas[1], "adam_betas[1]", minimum=0.0, maximum=1.0, open_maximum=True)
     adam_eps = as_positive_float(adam_eps, "adam_eps")
-    if adam_form not in ADAM_FORMS:
-        raise ValueError(f"adam_form must be one of {ADAM_FORMS}, got {adam_form!r}")
+    adam_form = as_choice(adam_form, "adam_form", ADAM_FORMS)
 
     theta = _runs_view(theta, runs)
     n_runs = runs or 1

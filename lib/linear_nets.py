@@ -22,7 +22,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
+from lib._checks import (
+    DTYPE,
+    as_choice,
+    as_float,
+    as_int,
+    as_positive_float,
+    as_seed,
+    as_tensor,
+)
 from lib.relu_nets import relu_network
 
 ACTIVATIONS = ("linear", "relu")
@@ -40,6 +48,9 @@ def layers(params: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
     for name, w in zip(names, weights, strict=True):
         if not isinstance(w, torch.Tensor) or w.ndim != 2:
             raise ValueError(f"{name} must be a matrix (2-D tensor), got {w!r:.60}")
+        as_tensor(w, name)  # float64 and finite (no copy: autograd still reaches w)
+        if w.numel() == 0:
+            raise ValueError(f"{name} must not be empty, got shape {tuple(w.shape)}")
     for j in range(1, depth):
         if weights[j].shape[-1] != weights[j - 1].shape[-2]:
             raise ValueError(
@@ -51,7 +62,15 @@ def layers(params: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
 
 def as_params(weights: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
     """{"W1": W_1, …} from a list of matrices."""
+    if not isinstance(weights, (list, tuple)) or len(weights) == 0:
+        raise ValueError(f"weights must be a non-empty list of matrices, got {weights!r:.60}")
     return {f"W{j}": as_tensor(w, f"W{j}", ndim=2) for j, w in enumerate(weights, start=1)}
+
+
+def _check_widths(widths) -> list[int]:
+    if not isinstance(widths, (list, tuple)):
+        raise ValueError(f"widths must be a list of layer widths, got {widths!r:.60}")
+    return [as_int(w, f"widths[{i}]", minimum=1, maximum=100_000) for i, w in enumerate(widths)]
 
 
 def xavier_init(widths: Sequence[int], seed: int) -> dict[str, torch.Tensor]:
@@ -59,10 +78,10 @@ def xavier_init(widths: Sequence[int], seed: int) -> dict[str, torch.Tensor]:
 
     ``widths`` = (d_0, d_1, …, d_n); drawn from ``numpy.random.RandomState(seed)``.
     """
-    widths = [as_int(w, "width", minimum=1) for w in widths]
+    widths = _check_widths(widths)
     if len(widths) < 3:
         raise ValueError(f"need depth >= 2, i.e. at least three widths, got {widths}")
-    rng = np.random.RandomState(as_int(seed, "seed", minimum=0))
+    rng = np.random.RandomState(as_seed(seed))
     weights = []
     for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
         bound = math.sqrt(6.0 / (fan_in + fan_out))
@@ -72,9 +91,9 @@ def xavier_init(widths: Sequence[int], seed: int) -> dict[str, torch.Tensor]:
 
 def network_output(params, x: torch.Tensor, *, activation: str = "linear") -> torch.Tensor:
     """h_θ(x) = W_n σ(⋯ σ(W_1 x)) (eq. 8, no biases) for inputs x of shape (N, d_0): (N, d_n)."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    activation = as_choice(activation, "activation", ACTIVATIONS)
     weights = layers(params)
+    x = as_tensor(x, "x", shape=(None, weights[0].shape[1]))
     if activation == "relu":
         return relu_network(weights, x)
     out = x
@@ -84,9 +103,42 @@ def network_output(params, x: torch.Tensor, *, activation: str = "linear") -> to
 
 
 def cross_entropy(params, x: torch.Tensor, labels: torch.Tensor, *, activation: str = "linear"):
-    """Mean cross-entropy of the network's logits (eq. 9 with the logistic-type loss)."""
+    """Mean cross-entropy of the network's logits (eq. 9 with the logistic-type loss).
+
+    ``labels`` is an integer tensor (or list) of shape (N,) with classes in 0, …, d_n − 1.
+    """
     logits = network_output(params, x, activation=activation)
+    labels = _class_labels(labels, logits.shape[0], logits.shape[1])
     return torch.nn.functional.cross_entropy(logits, labels)
+
+
+def _class_labels(labels, count: int, classes: int) -> torch.Tensor:
+    if isinstance(labels, (list, tuple, np.ndarray)):
+        array = np.asarray(labels)
+        if array.dtype.kind not in "iu" and array.size > 0:
+            raise ValueError(f"labels must be integers, got a list of dtype {array.dtype}")
+        labels = torch.as_tensor(array.astype(np.int64))
+    if not isinstance(labels, torch.Tensor) or labels.dtype not in (
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+    ):
+        raise ValueError(
+            f"labels must be an integer tensor of shape ({count},), got "
+            f"{getattr(labels, 'dtype', type(labels).__name__)}"
+        )
+    if tuple(labels.shape) != (count,):
+        raise ValueError(f"labels must have shape ({count},) (one per input), got {labels.shape}")
+    if count == 0:
+        raise ValueError("the mean cross-entropy of zero inputs is undefined (x has no rows)")
+    if bool(((labels < 0) | (labels >= classes)).any()):
+        raise ValueError(
+            f"labels must lie in 0..{classes - 1} (the network has {classes} outputs), got "
+            f"values from {int(labels.min())} to {int(labels.max())}"
+        )
+    return labels.to(torch.int64)
 
 
 def end_to_end(params) -> torch.Tensor:
@@ -116,7 +168,7 @@ def balanced_init(widths: Sequence[int], end_to_end_matrix) -> dict[str, torch.T
     1 < j < n, W_1 ≃ Σ^{1/n} Vᵀ, where ≃ pads with zeros. Then W_{j+1}ᵀW_{j+1} = W_j W_jᵀ for all j
     and W_{n:1} = A.
     """
-    widths = [as_int(w, "width", minimum=1) for w in widths]
+    widths = _check_widths(widths)
     depth = len(widths) - 1
     if depth < 2:
         raise ValueError(f"need depth >= 2, got widths {widths}")
@@ -190,6 +242,7 @@ def lemma7_bound(params, gradient_norm: float) -> float:
     λ_min ≥ −(n−1) √min{d_0, d_n} ‖∇φ(W_{n:1})‖_F max_{|J|=n−2} Π_{j∈J} ‖W_j‖_spectral.
     """
     weights = layers(params)
+    gradient_norm = as_positive_float(gradient_norm, "gradient_norm", allow_zero=True)
     depth = len(weights)
     norms = sorted((float(torch.linalg.matrix_norm(w, ord=2)) for w in weights), reverse=True)
     product = math.prod(norms[: depth - 2]) if depth > 2 else 1.0
@@ -208,8 +261,7 @@ def theorem15_step_size(depth: int, norm0: float, alignment: float, accuracy: fl
     if norm0 > 0.2:
         raise ValueError(f"Theorem 15 assumes 0 < ‖W_(n:1)(0)‖ <= 0.2, got {norm0}")
     accuracy = as_positive_float(accuracy, "accuracy")
-    if not -1 < alignment <= 1:
-        raise ValueError(f"alignment ν must lie in (−1, 1], got {alignment}")
+    alignment = as_float(alignment, "alignment", minimum=-1.0, maximum=1.0, open_minimum=True)
     kappa = max(1.0, (1 - alignment) / (1 + alignment))
     log_term = math.log(15 * depth * kappa / (norm0 * min(1.0, accuracy)))
     return (

@@ -20,7 +20,15 @@ import numpy as np
 import torch
 from scipy.optimize import brentq
 
-from lib._checks import as_int, as_list, as_positive_float, as_seeds, as_tensor
+from lib._checks import (
+    as_bool,
+    as_int,
+    as_list,
+    as_positive_float,
+    as_seed,
+    as_seeds,
+    as_tensor,
+)
 from lib.flow import Trajectory, gradient_flow, log_grid
 from lib.ssm import SSM, generalization_error, ssm_output, theorem1_teacher, unit_impulse
 
@@ -37,7 +45,13 @@ def tie_gap(init_scale: float, exponent: float) -> float:
     """
     init_scale = as_positive_float(init_scale, "init_scale")
     exponent = as_positive_float(exponent, "exponent", allow_zero=True)
-    return 0.05 * math.exp(-exponent * math.log10(1.0 / init_scale))
+    power = -exponent * math.log10(1.0 / init_scale)
+    if power > 700:
+        raise ValueError(
+            f"tie_gap(init_scale = {init_scale:g}, exponent = {exponent:g}) overflows float64; "
+            "the gap is meant for init scales below 1"
+        )
+    return 0.05 * math.exp(power)
 
 
 def _check_diff(diff: float, init_scale: float) -> float:
@@ -71,8 +85,8 @@ def theorem1_init(
     which places a(0) near the set of Theorem 1: tiny, positive, the top two entries nearly tied.
     Alternatively ``relative_gap = g`` sets a_2 := a_1 (1 − g); with neither, the random gap stays.
     """
-    d = as_int(d, "d", minimum=2)
-    seed = as_int(seed, "seed", minimum=0)
+    d = as_int(d, "d", minimum=2, maximum=10**7)
+    seed = as_seed(seed)
     init_scale = as_positive_float(init_scale, "init_scale")
     if diff is not None and relative_gap is not None:
         raise ValueError("give at most one of diff and relative_gap")
@@ -103,6 +117,7 @@ def theorem1_training_set(
     """
     d = as_int(d, "d", minimum=2)
     kappa = _check_kappa(kappa)
+    poisoned = as_bool(poisoned, "poisoned")
     rows = [unit_impulse(kappa, 1)]
     if poisoned:
         rows.append(unit_impulse(kappa, kappa - 1))
@@ -126,6 +141,7 @@ def theorem1_loss(a, kappa: int, *, poisoned: bool) -> torch.Tensor:
     """
     a = as_tensor(a, "a", min_ndim=1)
     kappa = _check_kappa(kappa)
+    poisoned = as_bool(poisoned, "poisoned")
     long_residual, short_residual = _power_sums(a, kappa)
     if not poisoned:
         return long_residual**2
@@ -143,6 +159,7 @@ def theorem1_velocity(a, kappa: int, *, poisoned: bool) -> torch.Tensor:
     """
     a = as_tensor(a, "a", min_ndim=1)
     kappa = _check_kappa(kappa)
+    poisoned = as_bool(poisoned, "poisoned")
     long_residual, short_residual = _power_sums(a, kappa)
     growth = (kappa - 1) * long_residual.unsqueeze(-1) * a ** (kappa - 2)
     if not poisoned:
@@ -211,10 +228,15 @@ def theorem1_flow(
     Integrates eq. (21) or (23) with LSODA in log time τ = log(1 + t) (no small-step gradient
     descent), with tolerances rtol = 1e-10, atol = 1e-15 fine enough to keep the tie gap of 5e-12
     of Table 3. ``a0`` may have shape ``(R, d)`` to integrate R independent students at once.
-    Recorded at 0 and log-spaced times (:func:`lib.flow.log_grid`).
+    Recorded at 0 and log-spaced times (:func:`lib.flow.log_grid`). A flow that cannot be
+    integrated in float64 raises :class:`lib._checks.NumericalFailure` (see
+    :func:`lib.flow.gradient_flow`).
     """
-    a0 = as_tensor(a0, "a0", min_ndim=1)
+    a0 = as_tensor(a0, "a0", min_ndim=1, nonempty=True)
+    if a0.ndim > 2:
+        raise ValueError(f"a0 must have shape (d,) or (R, d), got {tuple(a0.shape)}")
     kappa = _check_kappa(kappa)
+    poisoned = as_bool(poisoned, "poisoned")
     return gradient_flow(
         None,
         {"a": a0},
@@ -222,8 +244,8 @@ def theorem1_flow(
         log_time=True,
         rtol=1e-10,
         atol=1e-15,
-        gradient=_theorem1_gradient(kappa, bool(poisoned)),
-        hessian=_theorem1_hessian(kappa, bool(poisoned)),
+        gradient=_theorem1_gradient(kappa, poisoned),
+        hessian=_theorem1_hessian(kappa, poisoned),
     )
 
 
@@ -238,6 +260,11 @@ def conserved_quantity(a, kappa: int) -> torch.Tensor:
     if bool((a <= 0).any()):
         raise ValueError("the conservation law concerns positive entries a_j > 0")
     inverse = a ** (-(kappa - 3))
+    if not bool(torch.isfinite(inverse).all()):
+        raise ValueError(
+            f"a_j^(-(kappa-3)) overflows float64 at kappa = {kappa} for the smallest entry "
+            f"{float(a.min()):.3g}: the conserved quantity is not representable"
+        )
     return inverse - inverse[..., :1]
 
 
@@ -249,6 +276,12 @@ def escape_time(a1: float, kappa: int) -> float:
     """
     a1 = as_positive_float(a1, "a1")
     kappa = as_int(kappa, "kappa", minimum=4)
+    log10_time = -(kappa - 3) * math.log10(a1) - math.log10(2.0 * (kappa - 1) * (kappa - 3))
+    if log10_time > 300:
+        raise ValueError(
+            f"the escape time for a1 = {a1:g}, kappa = {kappa} is about 1e{log10_time:.0f}, "
+            "beyond float64"
+        )
     return a1 ** (-(kappa - 3)) / (2.0 * (kappa - 1) * (kappa - 3))
 
 
@@ -320,6 +353,9 @@ def default_horizons(d: int, kappa: int, a1: float) -> tuple[float, float]:
     The poisoned flow leaves the saddle on a time scale ~1/|λ_−|·log(1/α); integrating it as long as
     the clean one costs little in log time, so both get the clean horizon.
     """
+    d = as_int(d, "d", minimum=2)
+    kappa = as_int(kappa, "kappa", minimum=4)
+    a1 = as_positive_float(a1, "a1")
     if (d, kappa) in PAPER_HORIZONS:
         return PAPER_HORIZONS[(d, kappa)]
     horizon = max(1e4, 100.0 * escape_time(a1, kappa))
@@ -349,6 +385,10 @@ def theorem1_table(
     kappa = _check_kappa(kappa)
     length = as_int(length, "length", minimum=1)
     seeds = as_seeds(seeds)
+    if horizons is not None:
+        if not isinstance(horizons, (tuple, list)) or len(horizons) != 2:
+            raise ValueError(f"horizons must be a pair (clean, poisoned), got {horizons!r:.60}")
+        horizons = tuple(as_positive_float(h, f"horizons[{i}]") for i, h in enumerate(horizons))
     result: dict = {"seeds": seeds, "per_seed": {}, "final": {}, "loss": {}}
     for poisoned, key in ((False, "clean"), (True, "poisoned")):
         finals, losses = [], []
@@ -365,6 +405,11 @@ def theorem1_table(
         result["loss"][key] = np.array(losses)
         result[key] = float(errors.mean())
     return result
+
+
+WINDOW_MAX_ESCAPE = 1e17
+"""The longest predicted plateau (escape time t*) :func:`poisoning_window` accepts: the poisoned
+flow to 100 t* then takes about a second here; at t* = 1e19 it took 75 s."""
 
 
 def poisoning_window(
@@ -390,8 +435,23 @@ def poisoning_window(
     d = as_int(d, "d", minimum=2)
     kappa = as_int(kappa, "kappa", minimum=4)
     seeds = as_seeds(seeds)
-    init_scales = as_list(init_scales, "init_scales")
+    init_scales = [
+        as_positive_float(s, f"init_scales[{i}]")
+        for i, s in enumerate(as_list(init_scales, "init_scales"))
+    ]
     relative_gaps = as_list(relative_gaps, "relative_gaps")
+    length = as_int(length, "length", minimum=1)
+    for scale in init_scales:  # the largest escape time of the grid: a_1(0) >= scale / d roughly
+        for seed in seeds:
+            a1 = float(theorem1_init(d, seed, init_scale=scale)[0])
+            if escape_time(a1, kappa) > WINDOW_MAX_ESCAPE:
+                raise ValueError(
+                    f"poisoning_window: init scale {scale:g} at kappa = {kappa} (seed {seed}) "
+                    f"predicts an escape time t* = {escape_time(a1, kappa):.1e}, beyond the "
+                    f"{WINDOW_MAX_ESCAPE:.0e} that LSODA integrates reliably in float64 (a_1 "
+                    "moves by less than its round-off for most of the plateau); use a larger "
+                    "init scale or a shorter kappa"
+                )
     shape = (len(init_scales), len(relative_gaps), len(seeds))
     errors = {"clean": np.zeros(shape), "poisoned": np.zeros(shape)}
     for i, scale in enumerate(init_scales):

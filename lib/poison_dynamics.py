@@ -41,7 +41,13 @@ from lib.ssm import (
 
 
 def sorted_with_tie(values: np.ndarray, diff: float | None) -> np.ndarray:
-    """Sort descending, then set the second entry to the first minus ``diff`` (kept if None)."""
+    """Sort descending, then set the second entry to the first minus ``diff`` (kept if None).
+
+    ``values``: a 1-D float64 array of finite numbers; ``diff``: a finite number >= 0, or None.
+    """
+    values = as_tensor(values, "values", ndim=1).numpy()
+    if diff is not None:
+        diff = as_positive_float(diff, "diff", allow_zero=True)
     values = np.sort(values)[::-1].copy()
     if values.size >= 2 and diff is not None:
         values[1] = values[0] - diff

@@ -18,6 +18,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lib._checks import as_int
 from lib.config import book_mode
 
 COLORS = {
@@ -70,8 +71,12 @@ def plot_impulse_responses(
     ``responses`` maps a legend label to the entries (beginning at k = ``start``); ``colors`` and
     ``styles`` optionally map labels to matplotlib colours and line styles.
     """
-    if not responses:
-        raise ValueError("responses must map at least one label to an impulse response")
+    if not isinstance(responses, Mapping) or not responses:
+        raise ValueError(
+            f"responses must map at least one label to an impulse response, got {responses!r:.60}"
+        )
+    if kappa is not None:
+        kappa = as_int(kappa, "kappa", minimum=1)
     colors = dict(colors or {})
     styles = dict(styles or {})
     for label, h in responses.items():
@@ -104,8 +109,13 @@ def plot_loss(
     ax, times, losses, *, label: str | None = None, color: str | None = None, logx: bool = False
 ) -> None:
     """Loss curve on a log scale (log–log with ``logx``, dropping times <= 0)."""
-    times = np.asarray(times, dtype=float)
-    losses = np.asarray(losses, dtype=float)
+    if not isinstance(logx, bool):
+        raise ValueError(f"logx must be True or False, got {logx!r:.60}")
+    try:
+        times = np.asarray(times, dtype=float)
+        losses = np.asarray(losses, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("times and losses must be 1-D sequences of numbers") from None
     if times.shape != losses.shape or times.ndim != 1:
         raise ValueError(
             f"times and losses must be 1-D of one length, got {times.shape}, {losses.shape}"
@@ -162,11 +172,18 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) 
 
     Chapters use it to set reproduced numbers beside the paper's.
     """
+    digits = as_int(digits, "digits", minimum=1, maximum=17)
+    if isinstance(headers, str) or not isinstance(headers, Sequence):
+        raise ValueError(f"headers must be a list of strings, got {headers!r:.60}")
     headers = [str(h) for h in headers]
     if not headers:
         raise ValueError("table needs at least one header")
+    if isinstance(rows, str) or not isinstance(rows, Sequence):
+        raise ValueError(f"rows must be a list of rows, got {rows!r:.60}")
     cells = []
     for index, row in enumerate(rows):
+        if isinstance(row, str) or not isinstance(row, Sequence):
+            raise ValueError(f"row {index} must be a list of cells, got {row!r:.60}")
         if len(row) != len(headers):
             raise ValueError(
                 f"row {index} has {len(row)} cells, expected {len(headers)} (one per header)"
@@ -200,6 +217,8 @@ class Slider:
             raise ValueError(f"Slider needs lo < hi, got lo={self.lo}, hi={self.hi}")
         if not self.lo <= self.default <= self.hi:
             raise ValueError(f"Slider default {self.default} is outside [{self.lo}, {self.hi}]")
+        if not isinstance(self.log, bool):
+            raise ValueError(f"Slider.log must be True or False, got {self.log!r:.60}")
         if self.log and self.lo <= 0:
             raise ValueError(f"a log-scale Slider needs lo > 0, got lo={self.lo}")
 
@@ -229,8 +248,8 @@ class Choice:
     options: tuple
 
     def __post_init__(self):
-        if len(self.options) == 0:
-            raise ValueError("Choice needs at least one option")
+        if not isinstance(self.options, (tuple, list)) or len(self.options) == 0:
+            raise ValueError(f"Choice needs a non-empty tuple of options, got {self.options!r:.60}")
 
     @property
     def default(self):

@@ -1,0 +1,1135 @@
+"""Every public function of ``lib`` with one small valid call, and the bad inputs to try on it.
+
+Shared by the property-based fuzz test (``tests/test_fuzz_api.py``) and the measurement script
+``benchmarks/bad_inputs.py``. A :class:`Case` names a callable, its arguments with one valid value
+each and a *kind* per argument (which decides the bad inputs tried), and optionally an *oracle*
+that recognizes a correct answer by an independent computation.
+
+Outcome classes (:func:`classify`), as in the book's rule "a ValueError from lib, or a correct
+answer":
+
+``lib-error``     a ``ValueError`` raised inside ``lib`` (its message names the argument)
+``correct``       accepted, and the answer is the canonical one (a value-preserving conversion such
+                  as a list for a tensor or ``2`` for ``2.0``), or the oracle confirms it
+``accepted``      accepted, finite answer, a legitimate value of the argument with no oracle
+``absurd``        ``MemoryError``/``OverflowError`` on an absurd size (10¹², 2⁶⁴)
+``foreign-error`` a ``ValueError`` raised outside ``lib`` (numpy, torch) — outside the rule
+``other-error``   any other exception — outside the rule
+``nan``           a silent nan/inf answer — outside the rule (``nan-big`` for 1e300-sized inputs)
+``wrong``         a silent wrong answer (a string taken for a boolean, an oracle that disagrees)
+``hang``          more than the time limit
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+import lib
+from lib import curvature, data, extrapolation, flow, linear_nets, poison, relu_nets, ssm, viz
+from lib import poison_dynamics as dyn
+
+DT = torch.float64
+LIB_DIR = os.path.dirname(os.path.abspath(lib.__file__))
+OUTSIDE_RULE = ("foreign-error", "other-error", "nan", "wrong", "hang")
+
+
+def t(*values) -> torch.Tensor:
+    return torch.tensor(values, dtype=DT)
+
+
+@dataclass
+class Arg:
+    name: str
+    value: object
+    kind: str  # tensor, int, float, bool, callable, params, seq, choice, object, ssm, text
+    keyword: bool = False
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable
+    args: list[Arg]
+    oracle: Callable | None = None  # oracle(result, **kwargs) -> bool
+    examples: int = 8  # Hypothesis examples in the fuzz test
+    convert_only: tuple[str, ...] = field(default_factory=tuple)
+
+    def call(self, values: dict | None = None):
+        values = {a.name: a.value for a in self.args} | (values or {})
+        positional = [values[a.name] for a in self.args if not a.keyword]
+        keywords = {a.name: values[a.name] for a in self.args if a.keyword}
+        return self.fn(*positional, **keywords)
+
+
+# ------------------------------------------------------------------------------------------
+# Bad inputs per kind: (label, value, class); class "convert" keeps the value (same answer
+# expected), "big" is 1e300-sized, "absurd" an absurd size, "bad" anything else.
+# ------------------------------------------------------------------------------------------
+
+
+def _tensor_mutations(value: torch.Tensor):
+    real = value if value.is_floating_point() else value.to(DT)
+    out = [
+        ("list", value.tolist(), "convert"),
+        ("numpy", value.numpy().copy(), "convert"),
+        ("float32", real.float(), "bad"),
+        ("complex", real.to(torch.complex128), "bad"),
+        ("bool tensor", value > 0, "bad"),
+        ("None", None, "bad"),
+        ("string", "abc", "bad"),
+        ("empty", value.reshape(-1)[:0], "bad"),
+        ("extra axis", value.unsqueeze(0).repeat(2, *[1] * value.ndim), "bad"),
+        ("nan", torch.full_like(real, math.nan), "bad"),
+        ("inf", torch.full_like(real, math.inf), "bad"),
+        ("negated", -value, "bad"),
+        ("zeros", torch.zeros_like(value), "bad"),
+        ("1e300", torch.full_like(real, 1e300), "big"),
+    ]
+    if value.ndim >= 1 and value.numel() > 1:
+        out.append(("one entry fewer", value.reshape(-1)[:-1].reshape(-1), "bad"))
+        out.append(("flattened", value.reshape(-1)[:1], "bad"))
+    if value.ndim >= 1:
+        out.append(("scalar", value.reshape(-1)[0].clone(), "bad"))
+    if value.is_floating_point() and bool((value == value.round()).all()):
+        out.append(("int64 tensor", value.to(torch.int64), "convert"))
+    if not value.is_floating_point():
+        out.append(("out of range", value + 100, "bad"))
+    return out
+
+
+def _int_mutations(value: int):
+    return [
+        ("numpy int", np.int64(value), "convert"),
+        ("float", value + 0.5, "bad"),
+        ("integral float", float(value), "bad"),
+        ("bool", True, "bad"),
+        ("None", None, "bad"),
+        ("string", str(value), "bad"),
+        ("negative", -3, "bad"),
+        ("zero", 0, "bad"),
+        ("1e12", 10**12, "absurd"),
+        ("2**64", 2**64, "absurd"),
+        ("list", [value], "bad"),
+    ]
+
+
+def _float_mutations(value: float):
+    return [
+        ("int", int(value), "convert" if float(int(value)) == value else "bad"),
+        ("numpy float64", np.float64(value), "convert"),
+        ("float32", np.float32(value), "bad"),
+        ("nan", math.nan, "bad"),
+        ("inf", math.inf, "bad"),
+        ("negative", -abs(value) - 1.0, "bad"),
+        ("zero", 0.0, "bad"),
+        ("1e300", 1e300, "big"),
+        ("1e-300", 1e-300, "bad"),
+        ("bool", True, "bad"),
+        ("None", None, "bad"),
+        ("string", "1.0", "bad"),
+        ("complex", complex(value, 1.0), "bad"),
+        ("list", [value], "bad"),
+    ]
+
+
+def _bool_mutations(value: bool):
+    return [
+        ("numpy bool", np.bool_(value), "convert"),
+        ('"False"', "False", "bad"),
+        ('"no"', "no", "bad"),
+        ("0", 0, "bad"),
+        ("1", 1, "bad"),
+        ("None", None, "bad"),
+    ]
+
+
+def _params_mutations(value: dict):
+    key = next(iter(value))
+    return [
+        ("nan entry", {**value, key: torch.full_like(value[key], math.nan)}, "bad"),
+        ("float32 entry", {**value, key: value[key].float()}, "bad"),
+        ("list entry", {**value, key: value[key].tolist()}, "bad"),
+        ("empty dict", {}, "bad"),
+        ("missing key", {k: v for k, v in value.items() if k != key}, "bad"),
+        ("extra key", {**value, "zz": value[key].clone()}, "bad"),
+        ("None", None, "bad"),
+        ("string", "abc", "bad"),
+        ("list of tensors", list(value.values()), "bad"),
+        ("1e300 entry", {**value, key: torch.full_like(value[key], 1e300)}, "big"),
+    ]
+
+
+def _seq_mutations(value):
+    first = value[0]
+    return [
+        ("tuple", tuple(value), "convert"),
+        ("empty", [], "bad"),
+        ("None", None, "bad"),
+        ("string", "ab", "bad"),
+        ("None element", [None, *value[1:]], "bad"),
+        ("string element", ["x", *value[1:]], "bad"),
+        ("float element", [first + 0.5 if isinstance(first, int) else math.nan, *value[1:]], "bad"),
+        ("negative element", [-5, *value[1:]], "bad"),
+        ("huge element", [2**64, *value[1:]], "absurd"),
+        ("bool element", [True, *value[1:]], "bad"),
+    ]
+
+
+def _other_mutations(value, kind: str):
+    out = [("None", None, "bad"), ("string", "abc", "bad"), ("int", 3, "bad"), ("list", [1], "bad")]
+    if kind == "callable":
+        out.append(("tensor", t(1.0), "bad"))
+    if kind == "choice":
+        out = [("unknown name", "nonsense", "bad"), ("None", None, "bad"), ("int", 1, "bad")]
+        out.append(("bool", True, "bad"))
+    if kind == "ssm":
+        a, b, c = value
+        out += [
+            ("nan a", (torch.full_like(a, math.nan), b, c), "bad"),
+            ("float32 b", (a, b.float(), c), "bad"),
+            ("short c", (a, b, c[:-1]), "bad"),
+            ("two tensors", (a, b), "bad"),
+            ("dict", {"a": a, "b": b, "c": c}, "convert"),
+            ("list", [a, b, c], "bad"),
+        ]
+    if kind == "text":
+        out = [("None", None, "bad"), ("int", 3, "bad")]
+    return out
+
+
+def mutations(arg: Arg) -> list[tuple[str, object, str]]:
+    kind, value = arg.kind, arg.value
+    if kind == "tensor":
+        return _tensor_mutations(value)
+    if kind == "int":
+        return _int_mutations(value)
+    if kind == "float":
+        return _float_mutations(value)
+    if kind == "bool":
+        return _bool_mutations(value)
+    if kind == "params":
+        return _params_mutations(value)
+    if kind == "seq":
+        return _seq_mutations(value)
+    return _other_mutations(value, kind)
+
+
+# ------------------------------------------------------------------------------------------
+# Comparing answers
+# ------------------------------------------------------------------------------------------
+
+
+def _leaves(value):
+    """Numeric leaves of a result (tensors, arrays, numbers) in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        return [value.detach().to(torch.float64).numpy() if value.is_floating_point() else
+                value.numpy()]  # fmt: skip
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, (bool, int, float, np.floating, np.integer)):
+        return [np.asarray(value, dtype=np.float64)]
+    if isinstance(value, dict):
+        return [leaf for k in sorted(value, key=str) for leaf in _leaves(value[k])]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, flow.Trajectory):
+        return _leaves(value.times) + _leaves(value.params) + _leaves(value.losses)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _leaves(getattr(value, "trajectory", None)) if hasattr(value, "trajectory") else []
+    if isinstance(value, torch.nn.Module):
+        return [p.detach().numpy() for p in value.parameters()]
+    return []
+
+
+def finite(value) -> bool:
+    for leaf in _leaves(value):
+        if leaf.dtype.kind in "fc" and not np.all(np.isfinite(leaf)):
+            return False
+    return True
+
+
+def same(left, right, rtol: float = 1e-9) -> bool:
+    """Equal up to rtol (a conversion may reorder float operations only by rounding)."""
+    a, b = _leaves(left), _leaves(right)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape:
+            return False
+        if not np.allclose(x.astype(np.float64), y.astype(np.float64), rtol=rtol, atol=1e-12,
+                           equal_nan=True):  # fmt: skip
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Oracles: independent computations of the answer
+# ------------------------------------------------------------------------------------------
+
+
+def _impulse_loop(a, b, c, length):
+    a, b, c = (torch.as_tensor(np.asarray(v, dtype=np.float64)) for v in (a, b, c))
+    return torch.stack([(c * b * a**k).sum(-1) for k in range(length)], -1)
+
+
+def _oracle_impulse(result, a, b, c, length):
+    return same(result, _impulse_loop(a, b, c, int(length)), rtol=1e-8)
+
+
+def _oracle_output(result, a, b, c, x):
+    reference = ssm.ssm_recurrence(
+        *(torch.as_tensor(np.asarray(v, dtype=np.float64)) for v in (a, b, c)),
+        torch.as_tensor(np.asarray(x, dtype=np.float64)),
+    )
+    return same(result, reference, rtol=1e-8)
+
+
+def _oracle_eigen(result, loss, params, **_):
+    values = torch.linalg.eigvalsh(curvature.dense_hessian(loss, params))
+    scale = max(1.0, float(values.abs().max()))
+    return (
+        abs(result[0] - float(values[0])) <= 1e-7 * scale
+        and abs(result[1] - float(values[-1])) <= 1e-7 * scale
+    )
+
+
+def _oracle_prop3(result, teacher, kappa, epsilon, **_):
+    target = ssm.impulse_response(*ssm._as_ssm(teacher, "teacher"), int(kappa) + 1).clone()
+    target[int(kappa)] += float(epsilon)
+    got = ssm.impulse_response(*result, int(kappa) + 1)
+    return float((got - target).abs().max()) <= 1e-8 * max(1.0, float(target.abs().max()))
+
+
+def _oracle_erank(result, a):
+    d = np.asarray(a).shape[-1]
+    values = np.asarray(result)
+    return bool(np.all(values >= 1 - 1e-12) and np.all(values <= d + 1e-9))
+
+
+# ------------------------------------------------------------------------------------------
+# The cases
+# ------------------------------------------------------------------------------------------
+
+
+def _fresh(generator):
+    """A copy of a random generator in its current state (so every call draws the same)."""
+    if isinstance(generator, torch.Generator):
+        return torch.Generator().set_state(generator.get_state())
+    if isinstance(generator, np.random.RandomState):
+        copy = np.random.RandomState()
+        copy.set_state(generator.get_state())
+        return copy
+    return generator
+
+
+def _quadratic_loss(params):
+    return (params["w"] ** 2).sum() + params["w"].sum() ** 2
+
+
+def _half_loss(params):
+    return (params["w"][: params["w"].numel() // 2] ** 2).sum()
+
+
+def _dynamics_runs():
+    setting = dataclasses.replace(dyn.FIGURE2_SSM, n_baseline=3, n_special=2, extra_steps=1)
+    options = {"engine": "torch"} if "engine" in dyn.train_dynamics.__code__.co_varnames else {}
+    return dyn.train_dynamics(setting, [0], max_steps=4, record_every=2, **options)
+
+
+def _mlp_runs():
+    setting = dataclasses.replace(dyn.FIGURE2_SSM_MLP, n_baseline=3, n_special=2, hidden=3)
+    options = {"engine": "torch"} if "engine" in dyn.train_dynamics.__code__.co_varnames else {}
+    return dyn.train_dynamics(setting, [0], max_steps=4, record_every=2, **options)
+
+
+def _mlp_params(runs=2, d=3, hidden=2):
+    g = torch.Generator().manual_seed(0)
+    shapes = {"a": (runs, d), "b": (runs, d), "c": (runs, d), "d_in": (runs, hidden, 1),
+              "d_hidden": (runs, hidden, hidden), "d_out": (runs, 1, hidden)}  # fmt: skip
+    return {k: torch.rand(*s, generator=g, dtype=DT) * 0.5 for k, s in shapes.items()}
+
+
+def build_cases() -> list[Case]:
+    a, b, c = t(0.5, -0.3, 0.2), t(1.0, 0.5, -1.0), t(0.3, 1.0, 2.0)
+    x = torch.linspace(-1, 1, 20, dtype=DT).reshape(4, 5)
+    y = t(1.0, -1.0, 0.5, 0.0)
+    teacher = ssm.theorem1_teacher(4)
+    student = ssm.SSM(t(0.5, 0.1, 0.0, 0.2), t(1.0, 1, 1, 1), t(1.0, 1, 1, 1))
+    w = t(1.0, 0.5, 0.25, 0.125, 0.0625, 0.03, 0.015, 0.007)
+    net = linear_nets.xavier_init((3, 4, 2), 0)
+    scalar_net = linear_nets.xavier_init((3, 2, 2, 1), 0)
+    labels = torch.tensor([0, 1, 1, 0], dtype=torch.int64)
+    x3 = torch.linspace(-1, 1, 12, dtype=DT).reshape(4, 3)
+    flow_params = {"w": t(1.0, -0.5)}
+    traj = flow.gradient_descent(_quadratic_loss, flow_params, 0.1, 3)
+    gru_small = extrapolation.GRUNet(2, 0)
+    gru_other = extrapolation.GRUNet(2, 1)
+    mlp = _mlp_params()
+    runs = _dynamics_runs()
+    mlp_runs = _mlp_runs()
+    balanced = {"a": t(0.1, 0.2), "b": t(0.1, -0.1)}
+    A = torch.eye(2, dtype=DT) * 0.5
+    setting = dyn.FIGURE2_SSM
+    fig_ax = None
+
+    def ax():
+        nonlocal fig_ax
+        if fig_ax is None:
+            import matplotlib.pyplot as plt
+
+            fig_ax = plt.subplots()[1]
+        return fig_ax
+
+    P = Arg  # short
+    cases = [
+        # lib.ssm
+        Case(
+            "ssm.impulse_response",
+            ssm.impulse_response,
+            [P("a", a, "tensor"), P("b", b, "tensor"), P("c", c, "tensor"), P("length", 6, "int")],
+            oracle=_oracle_impulse,
+        ),
+        Case(
+            "ssm.ssm_output",
+            ssm.ssm_output,
+            [P("a", a, "tensor"), P("b", b, "tensor"), P("c", c, "tensor"), P("x", x, "tensor")],
+            oracle=_oracle_output,
+        ),
+        Case(
+            "ssm.ssm_recurrence",
+            ssm.ssm_recurrence,
+            [P("a", a, "tensor"), P("b", b, "tensor"), P("c", c, "tensor"), P("x", x, "tensor")],
+        ),
+        Case(
+            "ssm.square_loss",
+            ssm.square_loss,
+            [P("student", (a, b, c), "ssm"), P("x", x, "tensor"), P("y", y, "tensor")],
+        ),
+        Case(
+            "ssm.square_loss_gradient",
+            lambda x, y, weights=None: ssm.square_loss_gradient(x, y, weights=weights)(
+                {"a": a, "b": b, "c": c}
+            ),
+            [P("x", x, "tensor"), P("y", y, "tensor"), P("weights", y.abs() / 4, "tensor", True)],
+        ),
+        Case(
+            "ssm.generalization_error",
+            ssm.generalization_error,
+            [
+                P("student", student, "ssm"),
+                P("teacher", teacher, "ssm"),
+                P("length", 6, "int"),
+                P("normalize", True, "bool", True),
+            ],
+        ),
+        Case(
+            "ssm.characterization_coefficients",
+            ssm.characterization_coefficients,
+            [
+                P("a", a, "tensor"),
+                P("b", b, "tensor"),
+                P("c", c, "tensor"),
+                P("x", x, "tensor"),
+                P("y", y, "tensor"),
+                P("head", torch.tanh, "callable", True),
+            ],
+        ),
+        Case(
+            "ssm.characterization_velocity",
+            ssm.characterization_velocity,
+            [
+                P("a", a, "tensor"),
+                P("b", b, "tensor"),
+                P("c", c, "tensor"),
+                P("gammas", t(0.1, 0.2, 0.3), "tensor"),
+            ],
+        ),
+        Case("ssm.effective_rank", ssm.effective_rank, [P("a", a, "tensor")], oracle=_oracle_erank),
+        Case("ssm.theorem1_teacher", ssm.theorem1_teacher, [P("d", 4, "int")]),
+        Case("ssm.unit_impulse", ssm.unit_impulse, [P("kappa", 5, "int"), P("position", 2, "int")]),
+        Case(
+            "ssm.random_sequences",
+            lambda n, kappa, positions, generator: ssm.random_sequences(
+                n, kappa, positions, _fresh(generator)
+            ),
+            [
+                P("n", 3, "int"),
+                P("kappa", 5, "int"),
+                P("positions", [1, 2], "seq"),
+                P("generator", torch.Generator().manual_seed(0), "object"),
+            ],
+        ),
+        Case(
+            "ssm.baseline_and_special",
+            ssm.baseline_and_special,
+            [
+                P("kappa", 5, "int"),
+                P("n_baseline", 3, "int"),
+                P("n_special", 2, "int"),
+                P("baseline_positions", [1, 2], "seq", True),
+                P("special_positions", [4], "seq", True),
+                P("seed", 0, "int", True),
+            ],
+        ),
+        Case(
+            "ssm.fit_impulse_response",
+            ssm.fit_impulse_response,
+            [P("a", t(0.5, -0.5, 0.1), "tensor"), P("targets", t(1.0, 2.0), "tensor")],
+        ),
+        Case(
+            "ssm.proposition3_student",
+            ssm.proposition3_student,
+            [
+                P("teacher", teacher, "ssm"),
+                P("kappa", 5, "int"),
+                P("epsilon", 2.0, "float"),
+                P("d", 7, "int", True),
+            ],
+            oracle=_oracle_prop3,
+        ),
+        # lib.flow
+        Case("flow.log_grid", flow.log_grid, [P("horizon", 100.0, "float"), P("points", 5, "int")]),
+        Case(
+            "flow.gradient_flow",
+            flow.gradient_flow,
+            [
+                P("loss", _quadratic_loss, "callable"),
+                P("params", flow_params, "params"),
+                P("t_eval", t(0.0, 0.5, 1.0), "tensor"),
+                P("log_time", False, "bool", True),
+                P("method", "LSODA", "choice", True),
+                P("rtol", 1e-8, "float", True),
+                P("atol", 1e-10, "float", True),
+            ],
+            examples=8,
+        ),
+        Case(
+            "flow.gradient_descent",
+            flow.gradient_descent,
+            [
+                P("loss", _quadratic_loss, "callable"),
+                P("params", flow_params, "params"),
+                P("lr", 0.1, "float"),
+                P("steps", 5, "int"),
+                P("record_every", 2, "int", True),
+                P("optimizer", "adam", "choice", True),
+                P("beta", 0.8, "float", True),
+                P("adam_eps", 1e-8, "float", True),
+            ],
+            examples=8,
+        ),
+        Case("flow.Trajectory.at", traj.at, [P("index", 1, "int")]),
+        Case("flow.Trajectory.getitem", traj.__getitem__, [P("name", "w", "text")]),
+        # lib.curvature
+        Case(
+            "curvature.parameter_count",
+            curvature.parameter_count,
+            [P("params", flow_params, "params")],
+        ),
+        Case(
+            "curvature.hessian_vector_product",
+            curvature.hessian_vector_product,
+            [
+                P("loss", _quadratic_loss, "callable"),
+                P("params", flow_params, "params"),
+                P("vector", t(1.0, 0.0), "tensor"),
+            ],
+        ),
+        Case(
+            "curvature.dense_hessian",
+            curvature.dense_hessian,
+            [P("loss", _quadratic_loss, "callable"), P("params", flow_params, "params")],
+        ),
+        Case(
+            "curvature.extreme_eigenvalues",
+            curvature.extreme_eigenvalues,
+            [
+                P("loss", _half_loss, "callable"),
+                P("params", {"w": torch.linspace(-1, 1, 9, dtype=DT)}, "params"),
+                P("dense_limit", 4, "int", True),
+                P("tol", 1e-10, "float", True),
+            ],
+            oracle=_oracle_eigen,
+        ),
+        # lib.data, lib.config
+        Case(
+            "data.digits", data.digits, [P("n", 10, "int"), P("every", 3, "int", True)], examples=4
+        ),
+        Case("config.scaled", lib.config.scaled, [P("fast", 1, "int"), P("full", 2, "int")]),
+        # lib.relu_nets
+        Case(
+            "relu_nets.relu_network",
+            relu_nets.relu_network,
+            [
+                P("weights", [torch.ones(2, 3, dtype=DT), torch.ones(1, 2, dtype=DT)], "seq"),
+                P("inputs", x3, "tensor"),
+            ],
+        ),
+        Case(
+            "relu_nets.gaussian_weights",
+            lambda widths, scale, rng: relu_nets.gaussian_weights(widths, scale, _fresh(rng)),
+            [
+                P("widths", [2, 3, 1], "seq"),
+                P("scale", 0.1, "float"),
+                P("rng", np.random.RandomState(0), "object"),
+            ],
+        ),
+        # lib.linear_nets
+        Case("linear_nets.layers", linear_nets.layers, [P("params", net, "params")]),
+        Case(
+            "linear_nets.as_params",
+            linear_nets.as_params,
+            [P("weights", list(net.values()), "seq")],
+        ),
+        Case(
+            "linear_nets.xavier_init",
+            linear_nets.xavier_init,
+            [P("widths", [3, 4, 2], "seq"), P("seed", 0, "int")],
+        ),
+        Case(
+            "linear_nets.network_output",
+            linear_nets.network_output,
+            [
+                P("params", net, "params"),
+                P("x", x3, "tensor"),
+                P("activation", "relu", "choice", True),
+            ],
+        ),
+        Case(
+            "linear_nets.cross_entropy",
+            linear_nets.cross_entropy,
+            [
+                P("params", net, "params"),
+                P("x", x3, "tensor"),
+                P("labels", labels, "tensor"),
+                P("activation", "linear", "choice", True),
+            ],
+        ),
+        Case("linear_nets.end_to_end", linear_nets.end_to_end, [P("params", net, "params")]),
+        Case(
+            "linear_nets.scalar_regression_loss",
+            linear_nets.scalar_regression_loss,
+            [P("params", scalar_net, "params"), P("target", t(1.0, 0.5, -0.5), "tensor")],
+        ),
+        Case(
+            "linear_nets.balanced_init",
+            linear_nets.balanced_init,
+            [P("widths", [2, 3, 2], "seq"), P("end_to_end_matrix", A, "tensor")],
+        ),
+        Case(
+            "linear_nets.balance_matrices",
+            linear_nets.balance_matrices,
+            [P("params", net, "params")],
+        ),
+        Case(
+            "linear_nets.unbalancedness", linear_nets.unbalancedness, [P("params", net, "params")]
+        ),
+        Case(
+            "linear_nets.rescale",
+            linear_nets.rescale,
+            [P("params", net, "params"), P("j", 1, "int"), P("c", 2.0, "float")],
+        ),
+        Case(
+            "linear_nets.end_to_end_velocity",
+            linear_nets.end_to_end_velocity,
+            [
+                P("w", t(0.1, 0.2), "tensor"),
+                P("target", t(1.0, 0.0), "tensor"),
+                P("depth", 3, "int"),
+            ],
+        ),
+        Case(
+            "linear_nets.lemma7_bound",
+            linear_nets.lemma7_bound,
+            [P("params", scalar_net, "params"), P("gradient_norm", 0.5, "float")],
+        ),
+        Case(
+            "linear_nets.theorem15_step_size",
+            linear_nets.theorem15_step_size,
+            [
+                P("depth", 3, "int"),
+                P("norm0", 0.1, "float"),
+                P("alignment", 0.5, "float"),
+                P("accuracy", 0.1, "float"),
+            ],
+        ),
+        # lib.extrapolation
+        Case(
+            "extrapolation.moment_teacher",
+            extrapolation.moment_teacher,
+            [P("eigenvalues", t(0.5, -0.2), "tensor"), P("weights", t(0.3, 0.7), "tensor")],
+        ),
+        Case(
+            "extrapolation.moment_sequence",
+            extrapolation.moment_sequence,
+            [
+                P("eigenvalues", t(0.5, -0.2), "tensor"),
+                P("weights", t(0.3, 0.7), "tensor"),
+                P("length", 5, "int"),
+            ],
+        ),
+        Case(
+            "extrapolation.hankel",
+            extrapolation.hankel,
+            [P("sequence", w, "tensor"), P("size", 3, "int")],
+        ),
+        Case(
+            "extrapolation.hankel_rank",
+            extrapolation.hankel_rank,
+            [P("sequence", w, "tensor"), P("size", 3, "int"), P("rtol", 1e-8, "float", True)],
+        ),
+        Case("extrapolation.lemma_a1_pair", extrapolation.lemma_a1_pair, [P("n", 3, "int")]),
+        Case(
+            "extrapolation.tail_error",
+            extrapolation.tail_error,
+            [
+                P("h", w * 0.9, "tensor"),
+                P("w", w, "tensor"),
+                P("k", 2, "int"),
+                P("horizon", 6, "int"),
+            ],
+        ),
+        Case(
+            "extrapolation.population_loss",
+            extrapolation.population_loss,
+            [P("h", w * 0.9, "tensor"), P("w", w, "tensor"), P("k", 3, "int")],
+        ),
+        Case(
+            "extrapolation.balanced_field",
+            lambda w, k: extrapolation.balanced_field(w, k)[0](balanced),
+            [P("w", w, "tensor"), P("k", 3, "int")],
+        ),
+        Case(
+            "extrapolation.balanced_init",
+            extrapolation.balanced_init,
+            [P("d", 3, "int"), P("seed", 0, "int"), P("init_scale", 0.1, "float", True)],
+        ),
+        Case(
+            "extrapolation.balanced_flow",
+            extrapolation.balanced_flow,
+            [
+                P("w", w, "tensor"),
+                P("k", 3, "int"),
+                P("params", balanced, "params"),
+                P("time", 100.0, "float", True),
+                P("points", 3, "int", True),
+            ],
+            examples=6,
+        ),
+        Case(
+            "extrapolation.extrapolation_sweep",
+            extrapolation.extrapolation_sweep,
+            [
+                P("eigenvalues", t(0.5, -0.2), "tensor"),
+                P("weights", t(0.3, 0.7), "tensor"),
+                P("ks", [3], "seq"),
+                P("d", 4, "int", True),
+                P("seeds", [0], "seq", True),
+                P("init_scale", 0.1, "float", True),
+                P("horizon", 8, "int", True),
+                P("time", 100.0, "float", True),
+            ],
+            examples=5,
+        ),
+        Case(
+            "extrapolation.balanced_descent_field",
+            lambda w, ks: extrapolation.balanced_descent_field(w, ks)(
+                {k: v.unsqueeze(0) for k, v in balanced.items()}
+            ),
+            [P("w", w, "tensor"), P("ks", [3], "seq")],
+        ),
+        Case(
+            "extrapolation.linear_rnn_response",
+            extrapolation.linear_rnn_response,
+            [
+                P("a", A, "tensor"),
+                P("b", t(1.0, 0.5), "tensor"),
+                P("c", t(0.5, 1.0), "tensor"),
+                P("length", 4, "int"),
+            ],
+        ),
+        Case(
+            "extrapolation.general_descent_field",
+            lambda w, ks: extrapolation.general_descent_field(w, ks)(
+                {"A": A.unsqueeze(0), "B": t(1.0, 0.5).unsqueeze(0), "C": t(0.5, 1.0).unsqueeze(0)}
+            ),
+            [P("w", w, "tensor"), P("ks", [3], "seq")],
+        ),
+        Case(
+            "extrapolation.general_init",
+            extrapolation.general_init,
+            [P("d", 2, "int"), P("seeds", [0, 1], "seq"), P("init_scale", 0.1, "float", True)],
+        ),
+        Case("extrapolation.delay_teacher", extrapolation.delay_teacher, [P("d_hat", 3, "int")]),
+        Case(
+            "extrapolation.train_adam",
+            lambda lr, steps, milestones, runs: extrapolation.train_adam(
+                extrapolation.balanced_descent_field(w, [3]),
+                {k: v.unsqueeze(0) for k, v in balanced.items()},
+                runs,
+                lr=lr,
+                steps=steps,
+                milestones=milestones,
+                record_every=2,
+            ),
+            [
+                P("lr", 0.01, "float"),
+                P("steps", 6, "int"),
+                P("milestones", [3], "seq"),
+                P("runs", 1, "int"),
+            ],
+            examples=6,
+        ),
+        Case(
+            "extrapolation.GRUNet",
+            extrapolation.GRUNet,
+            [P("hidden", 2, "int"), P("seed", 0, "int")],
+        ),
+        Case(
+            "extrapolation.gru_teacher",
+            extrapolation.gru_teacher,
+            [
+                P("hidden", 2, "int"),
+                P("target", t(1.0, 0.5, 0.25), "tensor"),
+                P("steps", 2, "int", True),
+                P("lr", 0.01, "float", True),
+                P("seed", 0, "int", True),
+            ],
+            examples=5,
+        ),
+        Case(
+            "extrapolation.train_gru_student",
+            extrapolation.train_gru_student,
+            [
+                P("teacher", gru_small, "object"),
+                P("k", 3, "int"),
+                P("hidden", 2, "int", True),
+                P("steps", 2, "int", True),
+                P("lr", 0.01, "float", True),
+                P("batch", 4, "int", True),
+                P("seed", 0, "int", True),
+            ],
+            examples=5,
+        ),
+        Case(
+            "extrapolation.gru_tail_error",
+            extrapolation.gru_tail_error,
+            [
+                P("student", gru_small, "object"),
+                P("teacher", gru_other, "object"),
+                P("k", 2, "int"),
+                P("length", 5, "int", True),
+                P("n", 8, "int", True),
+            ],
+        ),
+        # lib.poison
+        Case(
+            "poison.tie_gap",
+            poison.tie_gap,
+            [P("init_scale", 1e-3, "float"), P("exponent", 5.0, "float")],
+        ),
+        Case(
+            "poison.theorem1_init",
+            poison.theorem1_init,
+            [
+                P("d", 4, "int"),
+                P("seed", 0, "int"),
+                P("init_scale", 1e-2, "float", True),
+                P("diff", 1e-5, "float", True),
+            ],
+        ),
+        Case(
+            "poison.theorem1_training_set",
+            poison.theorem1_training_set,
+            [P("d", 4, "int"), P("kappa", 5, "int"), P("poisoned", True, "bool", True)],
+        ),
+        Case(
+            "poison.theorem1_loss",
+            poison.theorem1_loss,
+            [
+                P("a", t(0.3, 0.2, 0.1), "tensor"),
+                P("kappa", 5, "int"),
+                P("poisoned", False, "bool", True),
+            ],
+        ),
+        Case(
+            "poison.theorem1_velocity",
+            poison.theorem1_velocity,
+            [
+                P("a", t(0.3, 0.2, 0.1), "tensor"),
+                P("kappa", 5, "int"),
+                P("poisoned", True, "bool", True),
+            ],
+        ),
+        Case(
+            "poison.theorem1_flow",
+            poison.theorem1_flow,
+            [
+                P("a0", t(0.03, 0.02, 0.01), "tensor"),
+                P("kappa", 5, "int"),
+                P("poisoned", False, "bool", True),
+                P("horizon", 1e3, "float", True),
+                P("points", 3, "int", True),
+            ],
+            examples=8,
+        ),
+        Case(
+            "poison.conserved_quantity",
+            poison.conserved_quantity,
+            [P("a", t(0.3, 0.2, 0.1), "tensor"), P("kappa", 5, "int")],
+        ),
+        Case(
+            "poison.escape_time", poison.escape_time, [P("a1", 0.01, "float"), P("kappa", 7, "int")]
+        ),
+        Case("poison.saddle_point", poison.saddle_point, [P("d", 4, "int"), P("kappa", 5, "int")]),
+        Case(
+            "poison.saddle_hessian_eigenvalues",
+            poison.saddle_hessian_eigenvalues,
+            [P("d", 4, "int"), P("kappa", 5, "int")],
+        ),
+        Case(
+            "poison.theorem1_lower_bound",
+            poison.theorem1_lower_bound,
+            [P("d", 4, "int"), P("kappa", 5, "int")],
+        ),
+        Case(
+            "poison.theorem1_error",
+            poison.theorem1_error,
+            [
+                P("a", t(0.9, 0.1, 0.0, 0.0), "tensor"),
+                P("d", 4, "int"),
+                P("length", 8, "int", True),
+            ],
+        ),
+        Case(
+            "poison.default_horizons",
+            poison.default_horizons,
+            [P("d", 4, "int"), P("kappa", 5, "int"), P("a1", 0.01, "float")],
+        ),
+        Case(
+            "poison.theorem1_table",
+            poison.theorem1_table,
+            [
+                P("d", 4, "int"),
+                P("kappa", 5, "int"),
+                P("seeds", [0], "seq"),
+                P("init_scale", 1e-2, "float", True),
+                P("diff", 1e-5, "float", True),
+                P("length", 8, "int", True),
+            ],
+            examples=5,
+        ),
+        Case(
+            "poison.poisoning_window",
+            poison.poisoning_window,
+            [
+                P("d", 4, "int"),
+                P("kappa", 5, "int"),
+                P("seeds", [0], "seq"),
+                P("init_scales", [1e-2], "seq", True),
+                P("relative_gaps", [1e-3], "seq", True),
+                P("length", 8, "int", True),
+            ],
+            examples=5,
+        ),
+        # lib.poison_dynamics
+        Case(
+            "poison_dynamics.sorted_with_tie",
+            dyn.sorted_with_tie,
+            [P("values", np.array([0.1, 0.3, 0.2]), "object"), P("diff", 0.01, "float")],
+        ),
+        Case(
+            "poison_dynamics.dynamics_init",
+            dyn.dynamics_init,
+            [P("setting", setting, "object"), P("seed", 0, "int")],
+        ),
+        Case(
+            "poison_dynamics.dynamics_data",
+            dyn.dynamics_data,
+            [
+                P("setting", setting, "object"),
+                P("seed", 0, "int"),
+                P("special_scale", 1.0, "float", True),
+            ],
+        ),
+        Case(
+            "poison_dynamics.ssm_mlp_output",
+            dyn.ssm_mlp_output,
+            [P("params", mlp, "params"), P("x", x.unsqueeze(0).repeat(2, 1, 1), "tensor")],
+        ),
+        Case(
+            "poison_dynamics.ssm_mlp_loss_gradient",
+            lambda x, y, weights: dyn.ssm_mlp_loss_gradient(x, y, weights)(mlp),
+            [
+                P("x", x.unsqueeze(0).repeat(2, 1, 1), "tensor"),
+                P("y", y.unsqueeze(0).repeat(2, 1), "tensor"),
+                P("weights", torch.full((2, 4), 0.25, dtype=DT), "tensor"),
+            ],
+        ),
+        Case(
+            "poison_dynamics.DynamicsSetting",
+            lambda d, kappa, sd_a, optimizer: dataclasses.replace(
+                setting, d=d, kappa=kappa, sd_a=sd_a, optimizer=optimizer
+            ),
+            [
+                P("d", 10, "int"),
+                P("kappa", 6, "int"),
+                P("sd_a", 0.01, "float"),
+                P("optimizer", "adaptive", "choice"),
+            ],
+        ),
+        Case("poison_dynamics.DynamicsRuns.run", runs.run, [P("r", 0, "int")]),
+        Case("poison_dynamics.DynamicsRuns.active", runs.active, [P("r", 0, "int")]),
+        Case("poison_dynamics.DynamicsRuns.gamma0", runs.gamma0, [P("r", 0, "int")]),
+        Case(
+            "poison_dynamics.DynamicsRuns.index",
+            runs.index,
+            [P("seed", 0, "int"), P("scale", 1.0, "float")],
+        ),
+        Case(
+            "poison_dynamics.impulse_error",
+            dyn.impulse_error,
+            [P("runs", runs, "object"), P("length", 8, "int", True)],
+        ),
+        Case(
+            "poison_dynamics.relative_test_error",
+            dyn.relative_test_error,
+            [
+                P("runs", mlp_runs, "object"),
+                P("n", 16, "int", True),
+                P("length", 8, "int", True),
+                P("index", -1, "int", True),
+            ],
+        ),
+        Case(
+            "poison_dynamics.train_dynamics",
+            dyn.train_dynamics,
+            [
+                P("setting", dataclasses.replace(setting, n_baseline=3, n_special=2), "object"),
+                P("seeds", [0], "seq"),
+                P("special_scales", [None, 1.0], "seq", True),
+                P("max_steps", 3, "int", True),
+                P("record_every", 1, "int", True),
+            ]
+            + (
+                [P("engine", "torch", "choice", True)]
+                if "engine" in dyn.train_dynamics.__code__.co_varnames
+                else []
+            ),
+            examples=5,
+        ),
+        # lib.viz
+        Case(
+            "viz.plot_loss",
+            lambda times, losses, logx: viz.plot_loss(ax(), times, losses, logx=logx),
+            [
+                P("times", t(1.0, 2.0, 3.0), "tensor"),
+                P("losses", t(1.0, 0.5, 0.1), "tensor"),
+                P("logx", True, "bool"),
+            ],
+        ),
+        Case(
+            "viz.plot_impulse_responses",
+            lambda responses, kappa: viz.plot_impulse_responses(ax(), responses, kappa=kappa),
+            [P("responses", {"h": [1.0, 0.5]}, "object"), P("kappa", 2, "int")],
+        ),
+        Case(
+            "viz.Slider",
+            viz.Slider,
+            [
+                P("lo", 0.1, "float"),
+                P("hi", 1.0, "float"),
+                P("default", 0.5, "float"),
+                P("log", True, "bool"),
+            ],
+        ),
+        Case("viz.Choice", viz.Choice, [P("options", ("a", "b"), "object")]),
+        Case(
+            "viz.table",
+            viz.table,
+            [
+                P("headers", ["a", "b"], "seq"),
+                P("rows", [[1.0, 2.0]], "seq"),
+                P("digits", 3, "int", True),
+            ],
+        ),
+    ]
+    return cases
+
+
+# ------------------------------------------------------------------------------------------
+# Running one bad input and classifying the outcome
+# ------------------------------------------------------------------------------------------
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _raised_in_lib(error: BaseException) -> bool:
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and os.path.dirname(os.path.abspath(frames[-1].filename)) == LIB_DIR
+
+
+def classify(case: Case, name: str, value, cls: str, *, timeout: int = 20) -> tuple[str, str]:
+    """Run ``case`` with argument ``name`` replaced by ``value``: (outcome, detail)."""
+    import warnings
+
+    def alarm(signum, frame):
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(timeout)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = case.call({name: value})
+    except _Timeout:
+        if cls == "absurd":  # asked for 10^12 steps: a long run, not a hang
+            return "absurd", f"still running after {timeout} s, as asked"
+        return "hang", f"> {timeout} s"
+    except ValueError as error:
+        if _raised_in_lib(error):
+            return "lib-error", str(error)[:120]
+        return "foreign-error", f"{type(error).__name__}: {str(error)[:100]}"
+    except (MemoryError, OverflowError) as error:
+        if cls == "absurd":
+            return "absurd", type(error).__name__
+        return "other-error", f"{type(error).__name__}: {str(error)[:100]}"
+    except Exception as error:  # noqa: BLE001 - classifying every other exception is the point
+        if cls == "absurd" and "alloc" in str(error).lower():
+            return "absurd", f"{type(error).__name__}: {str(error)[:60]}"
+        return "other-error", f"{type(error).__name__}: {str(error)[:100]}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return judge(case, name, value, cls, result)
+
+
+def judge(case: Case, name: str, value, cls: str, result) -> tuple[str, str]:
+    """Classify an accepted call's answer."""
+    kind = next(a.kind for a in case.args if a.name == name)
+    if kind == "bool" and not isinstance(value, (bool, np.bool_)):
+        return "wrong", f"accepted {value!r} as a boolean"
+    if not finite(result):
+        return ("nan-big" if cls == "big" else "nan"), "non-finite answer"
+    if case.oracle is not None:
+        values = {a.name: a.value for a in case.args} | {name: value}
+        try:
+            ok = case.oracle(result, **values)
+        except Exception as error:  # noqa: BLE001 - an oracle that cannot judge says so
+            return "accepted", f"oracle could not judge ({type(error).__name__})"
+        return ("correct", "oracle agrees") if ok else ("wrong", "oracle disagrees")
+    if cls == "convert":
+        reference = case.call()
+        return ("correct", "same as canonical") if same(result, reference) else ("wrong", "differs")
+    return "accepted", "finite answer, no oracle"
