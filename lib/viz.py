@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -370,6 +371,9 @@ def explore(
 
         animation = FuncAnimation(fig, draw, frames=len(values), interval=900)
         html = animation.to_jshtml(default_mode="once")
+        # matplotlib links Font Awesome 4 from a CDN for the buttons; the book's theme serves Font
+        # Awesome itself, which draws them, so the page makes no request to another host.
+        html = _FONT_AWESOME_CDN.sub("", html)
         plt.close(fig)
         display(HTML(html))
         return None
@@ -411,6 +415,10 @@ _GRID_SCRIPT = """<script>
 </script>"""
 
 
+_FONT_AWESOME_CDN = re.compile(r'<link rel="stylesheet"\s*href="https?://[^"]*font-awesome[^"]*">')
+MAX_GRID_FRAMES = 64  # at ~30-60 kB a frame, a page stays within a few MB
+
+
 def _grid_label(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
@@ -441,6 +449,13 @@ def slider_grid_html(
     if not specs:
         raise ValueError("slider_grid_html needs at least one parameter")
     values = {name: spec.frames(frames) for name, spec in specs.items()}
+    count = int(np.prod([len(v) for v in values.values()]))
+    if count > MAX_GRID_FRAMES:
+        sizes = " x ".join(f"{len(v)} {name}" for name, v in values.items())
+        raise ValueError(
+            f"a slider grid of {sizes} is {count} frames, more than {MAX_GRID_FRAMES}: the page "
+            "would carry them all; use fewer values (or explore without grid=True)"
+        )
     starts = {}
     for name, spec in specs.items():
         options = values[name]

@@ -61,3 +61,19 @@ def test_explore_grid_must_be_a_bool():
 def test_slider_grid_needs_a_parameter():
     with pytest.raises(ValueError, match="at least one parameter"):
         viz.slider_grid_html(_draw, {})
+
+
+def test_slider_grid_refuses_too_many_frames():
+    specs = {"a": viz.Choice(tuple(range(10))), "b": viz.Choice(tuple(range(7)))}
+    with pytest.raises(ValueError, match="70 frames, more than 64"):
+        viz.slider_grid_html(_draw, specs)
+
+
+def test_explore_animation_requests_nothing_from_another_host(monkeypatch):
+    # The book serves Font Awesome itself; matplotlib's CDN stylesheet link is taken out.
+    monkeypatch.setenv("BOOK_MODE", "build")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    viz.explore(_draw, frames=2, amplitude=(1.0, 2.0, 1.0))
+    (out,) = shown
+    assert "anim-slider" in out.data and "https://" not in out.data and "http://" not in out.data

@@ -86,8 +86,24 @@ def _launch_urls(owner: str, name: str, branch: str, path: str) -> dict[str, str
     }
 
 
+def unique_scripts(context: dict) -> None:
+    """Drop repeated inline scripts from the page (sphinx-thebe adds its settings twice in a
+    Jupyter Book build, and the second ``const THEBE_JS_URL`` is a JavaScript error)."""
+    seen = set()
+    kept = []
+    for script in context.get("script_files", []):
+        body = getattr(script, "attributes", {}).get("body")
+        if body and not getattr(script, "filename", None):
+            if body in seen:
+                continue
+            seen.add(body)
+        kept.append(script)
+    context["script_files"] = kept
+
+
 def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doctree) -> None:
     """Write the page's downloadable notebook and point the launch buttons at it."""
+    unique_scripts(context)
     if not context.get("ipynb_source"):  # set by the theme for notebook pages only
         return
     source = Path(app.env.doc2path(pagename))

@@ -69,7 +69,10 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{|\$\\[a-zA-Z]")
 
 PAGE_STATE_JS = """
 () => {
-  const visible = (el) => !!(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
+  // shown to the reader: takes up height and is not hidden by style (a collapsed dropdown's body
+  // is kept in the page with height 0)
+  const visible = (el) => el.getBoundingClientRect().height > 1
+                          && getComputedStyle(el).visibility !== 'hidden';
   const clone = document.querySelector('main, .bd-main, body').cloneNode(true);
   const code = 'pre, code, script, style, textarea, mjx-container, mjx-assistive-mml, .highlight';
   clone.querySelectorAll(code + ', .output').forEach((el) => el.remove());
@@ -188,10 +191,29 @@ def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-def pages(site: Path) -> list[Path]:
-    """Every HTML page of the site (not the theme's or Sphinx's support files)."""
+REFRESH = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+# Known messages that are no fault of the book: pydata-sphinx-theme logs this at a reader's first
+# visit (no theme mode stored yet) and then uses its default; nothing is broken.
+HARMLESS_CONSOLE = ("Got invalid theme mode: . Resetting to auto.",)
+
+
+def pages(site: Path) -> tuple[list[Path], dict[str, str]]:
+    """Every HTML page of the site (not the theme's or Sphinx's support files), and the redirect
+    pages (the root ``index.html``) with their targets."""
     skip = {"_static", "_sources", "_images", "_downloads", "_panels_static"}
-    return sorted(p for p in site.rglob("*.html") if not skip & set(p.relative_to(site).parts[:-1]))
+    found, redirects = [], {}
+    for path in sorted(site.rglob("*.html")):
+        rel = path.relative_to(site)
+        if skip & set(rel.parts[:-1]):
+            continue
+        head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+        target = REFRESH.search(head)
+        if target:
+            redirects[rel.as_posix()] = (rel.parent / target.group(1)).as_posix()
+        else:
+            found.append(path)
+    return found, redirects
 
 
 def notebook_target(url: str, base: str) -> str | None:
@@ -230,7 +252,7 @@ def test_page(page, url: str, name: str, site: Path, base: str, log: dict) -> li
     log["console"].clear()
     page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
     if page.evaluate("() => typeof window.MathJax === 'object' && !!window.MathJax.startup"):
-        page.evaluate("() => window.MathJax.startup.promise", timeout=TIMEOUT_MS)
+        page.evaluate("() => window.MathJax.startup.promise.then(() => true)")
     page.wait_for_timeout(200)  # let late scripts (togglebutton, copybutton) finish
     state = page.evaluate(PAGE_STATE_JS)
 
@@ -321,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         where = (message.location or {}).get("url", "")
         if where and not where.startswith(base) and "Failed to load resource" in message.text:
             return  # a blocked request for another host: listed below, judged by its effects
-        log["console"].append(message.text)
+        if message.text not in HARMLESS_CONSOLE:
+            log["console"].append(message.text)
 
     results: dict[str, list[str]] = {}
     start = time.perf_counter()
@@ -337,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
             page.on("response", on_response)
             page.on("console", on_console)
             page.on("pageerror", lambda error: log["console"].append(f"uncaught: {error}"))
-            for path in pages(site):
+            found, redirects = pages(site)
+            for name, target in redirects.items():
+                ok = (site / target).is_file()
+                results[name] = [] if ok else [f"redirects to {target}, which does not exist"]
+                print(f"{'ok' if ok else 'FAILED':6} {name} (redirect to {target})", flush=True)
+            for path in found:
                 name = path.relative_to(site).as_posix()
                 try:
                     results[name] = test_page(page, base + name, name, site, base, log)
