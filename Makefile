@@ -2,6 +2,7 @@
 # file makes later runs instant, until requirements-lock.txt or pyproject.toml changes).
 #
 #   make book      execute every chapter and build the HTML book in _build/html (warnings are errors)
+#   make site-test build the book, then test it offline in headless Chromium (screenshots in _build/site-test)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
 #   make student   the assignments' student notebooks and autograder bundles in _build/student
 #   make grade     grade every .ipynb in SUBMISSIONS=<folder> with otter-grader: <folder>/grades.csv
@@ -23,7 +24,7 @@ NBTEST := .nbtest
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: help venv setup vendor test book student grade lint bench reproduce clean lock
+.PHONY: help venv setup vendor test book site-test student grade lint bench reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -72,6 +73,13 @@ $(MATHJAX):
 book: $(STAMP) $(MATHJAX)
 	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
 	@echo "The book is in _build/html/index.html"
+
+# Every page of the built book in headless Chromium (Debian's; installed with apt-get when missing
+# and root), with every request for another host blocked: math typeset, figures, animations and
+# sliders, collapsed solutions, notebook links, no console errors (tools/site_test.py). To test a
+# book built elsewhere without rebuilding: .venv/bin/python tools/site_test.py PATH/TO/html
+site-test: book
+	$(BIN)/python tools/site_test.py _build/html
 
 # The course: book/assignments/*.md through otter-grader (tools/assignments.py, book/course.md).
 # Each submission is graded in its own process and kernel; TIMEOUT (s) per submission,
