@@ -59,6 +59,11 @@ WRONG = {
         "def pole_budget(e, L):\n    return float((1 + e) ** (1 / L) - 1)\n",
     ),
     "linear-networks": ("q2", "def h3(t):\n    return np.tan(t)\n"),  # odd, 0 at 0: public passes
+    "saddle-to-saddle": (  # the Frobenius norm: right for one output, as in the public test
+        "q2",
+        "def linear_speed(X, G):\n"
+        "    return float(torch.linalg.matrix_norm(G.reshape(len(G), -1).T @ X))\n",
+    ),
     "poisoning-real-data": (  # the average of the cosines, not the cosine of the average
         "q1",
         "def matching_objective(target_grad, poison_grads):\n"
