@@ -10,10 +10,11 @@ computation) agrees where the case has one, and otherwise the answer is finite; 
 taken for a boolean.
 
 The CI profile is fixed: ``derandomize=True`` (the same examples on every run, no example
-database), a bounded number of examples per function (``Case.examples``, a dozen for cheap
-functions, five for the trainings), no deadline (the shared CPU is noisy). The whole module runs
-in well under a minute. Absurd sizes (10¹², 2⁶⁴) are left to ``benchmarks/bad_inputs.py``, where a
-MemoryError or a run as long as asked is acceptable; here they would only cost time.
+database), a bounded number of examples per function (``Case.examples``, eight for cheap
+functions, four to six for the trainings), no deadline (the shared CPU is noisy). The whole
+module runs in under a minute on an idle machine. Absurd sizes (10¹², 2⁶⁴) are left to
+``benchmarks/bad_inputs.py``, where a MemoryError or a run as long as asked is acceptable; here
+they would only cost time.
 """
 
 from __future__ import annotations

@@ -243,8 +243,8 @@ def test_ssm_mlp_output_checks_its_inputs():
 
 
 def test_ssm_mlp_loss_gradient_checks_data_and_parameters():
-    x, y, w = torch.rand(2, 4, 5, dtype=DT), torch.rand(2, 4, dtype=DT), torch.full((2, 4), 0.25,
-                                                                                   dtype=DT)  # fmt: skip
+    x, y = torch.rand(2, 4, 5, dtype=DT), torch.rand(2, 4, dtype=DT)
+    w = torch.full((2, 4), 0.25, dtype=DT)
     loss, grads = dyn.ssm_mlp_loss_gradient(x, y, w)(_mlp())
     assert loss.shape == (2,) and bool((loss >= 0).all()) and set(grads) == set(_mlp())
     with pytest.raises(ValueError, match="non-negative"):
