@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from lib import s4d
-from lib._checks import DTYPE, as_int, as_list, as_positive_float, as_tensor
+from lib._checks import DTYPE, as_int, as_list, as_positive_float, as_tensor, check_finite_result
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,7 @@ def brew(
         with torch.no_grad():
             delta.copy_(_project(delta, base, eps, lo, hi))
     final = matching(delta.detach(), False).detach().reshape(n_att, restarts)
+    check_finite_result(final, "the matching loss of the poisons")
     best = final.argmin(-1)
     chosen = delta.detach().reshape(n_att, restarts, budget, -1)[torch.arange(n_att), best]
     return Brew(

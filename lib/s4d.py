@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lib._checks import as_int, as_positive_float, as_seeds, as_tensor
+from lib._checks import as_int, as_positive_float, as_seeds, as_tensor, check_finite_result
 
 MODEL_DTYPE = torch.float32
 
@@ -288,6 +288,8 @@ def train(
             loss.backward()
             opt.step()
             sched.step()
+    for name, value in params.items():
+        check_finite_result(value.detach(), f"the trained parameter {name}")
     return {k: v.detach() for k, v in params.items()}
 
 

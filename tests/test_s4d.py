@@ -134,3 +134,12 @@ def test_bad_training_input():
         s4d.train(cfg, x[:10], y[:10] + 10, [0])
     with pytest.raises(ValueError, match="run"):
         s4d.select_run(s4d.init_params(cfg, [0]), 1)
+
+
+def test_a_diverging_training_is_reported_not_returned():
+    x, y, *_ = digits_split()
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
+    # finite float64 inputs beyond float32's range overflow in the victim's precision: the training
+    # must say so (NumericalFailure, a ValueError) instead of returning nan parameters
+    with pytest.raises(ValueError, match="not finite"):
+        s4d.train(cfg, x[:64] * 1e300, y[:64], [0], s4d.TrainConfig(epochs=1, batch=32))
