@@ -95,9 +95,25 @@ def _as_data(X, G) -> tuple[torch.Tensor, torch.Tensor]:
     return X, G
 
 
-def _as_weights(weights, name: str = "weights") -> list[torch.Tensor]:
+def _as_weights(
+    weights, name: str = "weights", *, d_in: int | None = None, single: bool = False
+) -> list[torch.Tensor]:
+    """Weight matrices that chain (columns of W_ℓ = rows of W_{ℓ−1}), starting at width ``d_in``.
+
+    With ``single=True`` they must be plain matrices (one network, no run axis).
+    """
     weights = as_list(weights, name)
-    return [as_tensor(w, f"{name}[{i}]", min_ndim=2) for i, w in enumerate(weights)]
+    weights = [as_tensor(w, f"{name}[{i}]", min_ndim=2) for i, w in enumerate(weights)]
+    if single and any(w.ndim != 2 for w in weights):
+        raise ValueError(f"{name} must be the matrices of one network (no run axis)")
+    width = d_in
+    for i, w in enumerate(weights):
+        if width is not None and w.shape[-1] != width:
+            raise ValueError(
+                f"{name}[{i}] has {w.shape[-1]} columns but its input has width {width}"
+            )
+        width = w.shape[-2]
+    return weights
 
 
 def localized_loss(weights: Sequence[torch.Tensor], X, G) -> torch.Tensor:
@@ -127,7 +143,10 @@ def speed_of(weights: Sequence[torch.Tensor], X, G) -> torch.Tensor:
     """
     weights = _as_weights(weights)
     depth = len(weights)
-    scale = (depth / _squared_norm(weights)) ** (depth / 2)
+    norm = _squared_norm(weights)
+    if not bool((norm > 0).all()):
+        raise ValueError("the direction of θ = 0 is undefined: every run needs nonzero weights")
+    scale = (depth / norm) ** (depth / 2)
     return -localized_loss(weights, X, G) * scale
 
 
@@ -340,9 +359,11 @@ def localized_gradient(weights: Sequence[torch.Tensor], X, G):
     closure of :func:`lib.flow.gradient_descent` (wrap the list into the parameter dict).
     """
     X, G = _as_data(X, G)
-    weights = _as_weights(weights)
-    if any(w.ndim != 2 for w in weights):
-        raise ValueError("localized_gradient takes one network: weights must be matrices")
+    weights = _as_weights(weights, d_in=X.shape[1], single=True)
+    if weights[-1].shape[0] != G.shape[1]:
+        raise ValueError(
+            f"the last layer has {weights[-1].shape[0]} outputs but G has d_out = {G.shape[1]}"
+        )
     value, grads = _localized_loss_and_gradient(
         [w.detach().numpy()[None] for w in weights], X.numpy(), G.numpy()
     )
@@ -505,12 +526,8 @@ def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray
     * ``log_stable_rank[ℓ]`` = log srank(Z^σ_ℓ), ℓ = 0…L−1 (Z^σ_0 = X), the budget of Prop. 3.4;
     * ``singular_values[ℓ−1]``: the singular values of W_ℓ (a list of arrays).
     """
-    weights = _as_weights(weights)
-    if any(w.ndim != 2 for w in weights):
-        raise ValueError(
-            "layer_statistics takes one network: weights must be matrices (no run axis)"
-        )
     X = as_tensor(X, "X", ndim=2)
+    weights = _as_weights(weights, d_in=X.shape[1], single=True)
     tails, tail_z, nonlin, logs, svals = [], [], [], [], []
     hidden = X
     logs.append(math.log(stable_rank(X)))
@@ -613,10 +630,10 @@ def deepen(weights: Sequence[torch.Tensor], X, G, extra: int) -> list[torch.Tens
     The result is rescaled onto the sphere ‖θ‖² = L + extra. If θ is on its sphere ‖θ‖² = L with
     L₀(θ) < 0, then L₀(θ̃) ≤ L₀(θ).
     """
-    weights = _as_weights(weights)
-    if any(w.ndim != 2 for w in weights):
-        raise ValueError("deepen takes one network: weights must be matrices (no run axis)")
     X, G = _as_data(X, G)
+    weights = _as_weights(weights, d_in=X.shape[1], single=True)
+    if len(weights) < 2 or weights[-1].shape[0] != G.shape[1]:
+        raise ValueError("deepen needs a network of depth >= 2 whose output width is G's d_out")
     extra = as_int(extra, "extra", minimum=1)
     hidden = X
     for w in weights[:-2]:
@@ -683,6 +700,8 @@ def saddle_to_saddle_run(
         raise ValueError("labels must be a 1-D int64 tensor of class indices")
     if len(labels) != X.shape[0]:
         raise ValueError(f"labels has {len(labels)} entries but X has {X.shape[0]} rows")
+    if len(labels) == 0 or int(labels.min()) < 0:
+        raise ValueError("labels must be non-empty class indices >= 0")
     depth = as_int(depth, "depth", minimum=2)
     width = as_int(width, "width", minimum=1)
     eta0 = as_positive_float(eta0, "eta0")

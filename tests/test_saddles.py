@@ -227,6 +227,15 @@ def test_cross_entropy_gradient_and_digits_run():
         lambda X, G: saddles.proposition34_bound(X, G, 0.5, 3, 1.5),
         lambda X, G: saddles.deepen(saddles.example1_rank2_weights(), X, G, 0),
         lambda X, G: saddles.cross_entropy_gradient(torch.tensor([0, 11]), 10),
+        lambda X, G: saddles.speed_of([torch.zeros((2, 2), dtype=DT)] * 2, X, G),
+        lambda X, G: saddles.layer_statistics([torch.ones((4, 3), dtype=DT)], X),
+        lambda X, G: saddles.localized_gradient([torch.ones((1, 2), dtype=DT)] * 2, X, G),
+        lambda X, G: saddles.deepen(
+            [torch.ones((3, 2), dtype=DT), torch.ones((2, 3), dtype=DT)], X, G, 1
+        ),
+        lambda X, G: saddles.saddle_to_saddle_run(
+            X, torch.tensor([-1] * 8), depth=3, width=2, init_scale=0.1, eta0=1.0, steps=1, seed=0
+        ),
     ],
 )
 def test_bad_input_raises(circle, call):
