@@ -145,6 +145,47 @@ def _check_range(data_range) -> tuple[float, float]:
     return lo, hi
 
 
+class _Matching:
+    """ℳ(δ) for R attacks at once, each on its own copy of the surrogate (run axis of lib.s4d):
+    targets x_t (R, L) with classes adv (R,), poison images base (R, P, L) labelled adv."""
+
+    def __init__(self, surrogate: s4d.Params, x_t: torch.Tensor, adv: torch.Tensor, base):
+        runs = len(adv)
+        self.params = {k: v.requires_grad_() for k, v in s4d.replicate(surrogate, runs).items()}
+        target_loss = s4d.per_run_loss(self.params, x_t[:, None, :], adv[:, None]).sum()
+        grads = torch.autograd.grad(target_loss, list(self.params.values()))
+        self.g_t = [g.detach().reshape(runs, -1) for g in grads]
+        self.g_t_norm = torch.sqrt(sum((g * g).sum(-1) for g in self.g_t))
+        self.base, self.labels, self.runs = base, adv[:, None].expand(base.shape[:2]), runs
+
+    def __call__(self, delta: torch.Tensor, *, create_graph: bool = False) -> torch.Tensor:
+        loss = s4d.per_run_loss(self.params, self.base + delta, self.labels).sum()
+        g_p = torch.autograd.grad(loss, list(self.params.values()), create_graph=create_graph)
+        flat = [g.reshape(self.runs, -1) for g in g_p]
+        dot = sum((a * b).sum(-1) for a, b in zip(self.g_t, flat, strict=True))
+        norm = torch.sqrt(sum((b * b).sum(-1) for b in flat))
+        return 1 - dot / (self.g_t_norm * norm)
+
+
+def matching_loss(surrogate: s4d.Params, x_test, brew_result: Brew, x_train, delta) -> torch.Tensor:
+    """ℳ of the perturbations ``delta`` (A, P, L) of the poisons of ``brew_result`` on ``surrogate``
+    (one value per attack, float64): e.g. of a random control, to compare with the attack's own."""
+    x_test = as_tensor(x_test, "x_test", ndim=2)
+    x_train = as_tensor(x_train, "x_train", ndim=2)
+    delta = as_tensor(delta, "delta", ndim=3)
+    index = brew_result.poison_index
+    if tuple(delta.shape[:2]) != tuple(index.shape):
+        raise ValueError(
+            f"delta must have shape {tuple(index.shape)} + (L,), got {tuple(delta.shape)}"
+        )
+    md = s4d.MODEL_DTYPE
+    base = x_train[index].to(md)
+    matching = _Matching(
+        surrogate, x_test[brew_result.targets].to(md), brew_result.adversarial, base
+    )
+    return matching(delta.to(md)).detach().to(DTYPE)
+
+
 def brew(
     surrogate: s4d.Params,
     x_train,
@@ -196,46 +237,26 @@ def brew(
         [choose_poisons(y_train, c, budget, seed + a) for a, c in enumerate(adversarial)]
     )
     n_att, restarts = len(targets), config.restarts
-    runs = n_att * restarts
-    params = s4d.replicate(surrogate, runs)
-    names = list(params)
-    params = {k: v.requires_grad_() for k, v in params.items()}
-
     md = s4d.MODEL_DTYPE
     t_idx = torch.tensor(targets).repeat_interleave(restarts)
     adv = torch.tensor(adversarial).repeat_interleave(restarts)
-    x_t = x_test[t_idx].to(md)[:, None, :]
-    target_loss = s4d.per_run_loss(params, x_t, adv[:, None]).sum()
-    g_t = [
-        g.detach().reshape(runs, -1)
-        for g in torch.autograd.grad(target_loss, list(params.values()))
-    ]
-    g_t_norm = torch.sqrt(sum((g * g).sum(-1) for g in g_t))
-
     base = x_train[index].repeat_interleave(restarts, dim=0).to(md)  # (runs, P, L)
-    labels = adv[:, None].expand(runs, budget)
+    matching = _Matching(surrogate, x_test[t_idx].to(md), adv, base)
     gen = torch.Generator().manual_seed(seed)
     delta = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
     delta = _project(delta.to(md), base, eps, lo, hi).requires_grad_()
     opt = torch.optim.Adam([delta], lr=config.lr * eps)
     w = weights.to(md)
 
-    def matching(d: torch.Tensor, create_graph: bool) -> torch.Tensor:
-        loss = s4d.per_run_loss(params, base + d, labels).sum()
-        g_p = torch.autograd.grad(loss, [params[k] for k in names], create_graph=create_graph)
-        dot = sum((a * b.reshape(runs, -1)).sum(-1) for a, b in zip(g_t, g_p, strict=True))
-        norm = torch.sqrt(sum((b.reshape(runs, -1) ** 2).sum(-1) for b in g_p))
-        return 1 - dot / (g_t_norm * norm)
-
     for _ in range(config.steps):
-        objective = matching(delta, True).sum() + (w * delta * delta).sum()
+        objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
         opt.zero_grad(set_to_none=True)
         (grad,) = torch.autograd.grad(objective, [delta])
         delta.grad = grad.sign()
         opt.step()
         with torch.no_grad():
             delta.copy_(_project(delta, base, eps, lo, hi))
-    final = matching(delta.detach(), False).detach().reshape(n_att, restarts)
+    final = matching(delta.detach()).detach().reshape(n_att, restarts)
     check_finite_result(final, "the matching loss of the poisons")
     best = final.argmin(-1)
     chosen = delta.detach().reshape(n_att, restarts, budget, -1)[torch.arange(n_att), best]

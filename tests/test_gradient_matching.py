@@ -115,3 +115,16 @@ def test_bad_input(setting):
         gm.brew(surrogate, x, y, xt, yt, [t], [int(yt[t])], 5, 0.1, rng)
     with pytest.raises(ValueError, match="budget"):
         gm.choose_poisons(y, c, members + 1, 0)
+
+
+def test_matching_loss_of_the_brew_is_its_reported_loss_and_beats_random(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    brew = gm.brew(surrogate, x, y, xt, yt, [t], [c], 8, 0.5, rng, gm.AttackConfig(steps=30))
+    again = gm.matching_loss(surrogate, xt, brew, x, brew.delta)
+    # the same float32 computation path on the returned (float64-cast) perturbation
+    torch.testing.assert_close(again, brew.matching_loss, rtol=1e-4, atol=1e-5)
+    rnd = gm.random_perturbations(x[brew.poison_index], brew.delta, 0.5, rng, seed=0)
+    assert float(gm.matching_loss(surrogate, xt, brew, x, rnd)[0]) > float(again[0])
+    with pytest.raises(ValueError, match="delta"):
+        gm.matching_loss(surrogate, xt, brew, x, brew.delta[:, :3])
