@@ -245,8 +245,8 @@ def same_shapes(name_to_tensor: Mapping[str, torch.Tensor]) -> None:
 
 
 def as_list(values, name: str) -> list:
-    """A non-empty list/tuple/array of values, else a ValueError naming what came."""
-    if not isinstance(values, (list, tuple, np.ndarray)) or len(values) == 0:
+    """A non-empty list/tuple/range/array of values, else a ValueError naming what came."""
+    if not isinstance(values, (list, tuple, range, np.ndarray)) or len(values) == 0:
         raise ValueError(f"{name} must be a non-empty list, got {_describe(values)}")
     return list(values)
 

@@ -456,7 +456,7 @@ def train_adam(
     lr = as_positive_float(lr, "lr")
     steps = as_int(steps, "steps", minimum=1)
     record_every = as_int(record_every, "record_every", minimum=1)
-    if not isinstance(milestones, (list, tuple)):
+    if not isinstance(milestones, (list, tuple, range)):
         raise ValueError(f"milestones must be a list of step numbers, got {milestones!r:.60}")
     checked = [as_int(m, f"milestones[{i}]", minimum=1) for i, m in enumerate(milestones)]
     if any(later <= earlier for earlier, later in zip(checked, checked[1:], strict=False)):
