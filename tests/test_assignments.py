@@ -4,11 +4,13 @@ For every assignment in book/assignments/: the solution notebook scores full mar
 student notebook scores 0 on every question without crashing the grader, and a notebook with one
 wrong answer loses exactly that question's points. On one assignment, a folder of misbehaving
 submissions (one raises, one loops in a cell, one never ends at all, one deletes variables and
-prints junk, one kills its kernel, one is not a notebook) is graded, and the others in the folder
-still are. Grading three submissions takes at most two minutes.
+prints junk, one kills its kernel, one is not a notebook, one names a kernel this machine lacks)
+is graded, and the others in the folder still are. Grading three submissions takes at most two
+minutes.
 
-Each folder is graded by one call of the grader (each submission in its own process and kernel),
-so these tests take a minute or two on an idle 2-core machine.
+Each folder is graded by one call of the grader (each submission in its own process and kernel,
+two at a time): about 2 minutes of CPU time in all, several minutes of wall time on a loaded
+2-core machine.
 """
 
 from __future__ import annotations
@@ -181,6 +183,9 @@ def test_misbehaving_submissions_are_contained(bundle, tmp_path):
         tmp_path / "kills-kernel.ipynb",
     )
     (tmp_path / "not-a-notebook.ipynb").write_text("{ this is not json", encoding="utf-8")
+    other_kernel = solution(bundle, name)  # saved from an editor with its own kernel name
+    other_kernel.metadata["kernelspec"] = {"name": "my-env", "display_name": "My env"}
+    nbformat.write(other_kernel, tmp_path / "other-kernel.ipynb")
 
     messages = []
     assignments.grade_folder(
@@ -198,6 +203,7 @@ def test_misbehaving_submissions_are_contained(bundle, tmp_path):
 
     assert grades["solution.ipynb"]["score"] == possible
     assert grades["raises.ipynb"]["score"] == possible  # a cell that raises costs nothing else
+    assert grades["other-kernel.ipynb"]["score"] == possible
     assert grades["loops.ipynb"] == {
         **points,
         second: 0.0,

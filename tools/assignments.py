@@ -196,7 +196,10 @@ class Grade:
 
 
 def _prepare(submission: Path, scratch: Path, cell_timeout: float) -> Path | None:
-    """A copy of the submission with the cell timer in front (``None`` if it is not a notebook)."""
+    """A copy of the submission to grade: the cell timer in front, this environment's kernel.
+
+    ``None`` if the file is not a notebook.
+    """
     import nbformat
 
     try:
@@ -205,6 +208,12 @@ def _prepare(submission: Path, scratch: Path, cell_timeout: float) -> Path | Non
         return None
     timer = nbformat.v4.new_code_cell(CELL_TIMER.format(seconds=cell_timeout))
     nb.cells.insert(0, timer)
+    # Whatever kernel the student's editor recorded, grade in this environment's Python kernel.
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     copy = scratch / "submission.ipynb"
     nbformat.write(nb, copy)
     return copy
