@@ -463,6 +463,133 @@ def _descent_oracle(loss: Loss | None, gradient: Gradient | None, runs: int | No
     return oracle
 
 
+# --- gradient descent: one small step function per optimizer, around a common driver ------------
+
+
+@dataclass(frozen=True)
+class _StepRule:
+    """The constants of the three update rules (see :func:`gradient_descent`)."""
+
+    groups: list[tuple[int, int]]  # column ranges of the parameter tensors in the flat (R, P) state
+    beta: float
+    softening: float
+    b1: float
+    b2: float
+    adam_eps: float
+    keras: bool
+
+
+@dataclass
+class _Memory:
+    """What an optimizer carries from one step to the next, per run."""
+
+    avg_norm: torch.Tensor  # (R,): the adaptive step's exponential average of gradient norms
+    first: torch.Tensor  # (R, P): Adam's first moment
+    second: torch.Tensor  # (R, P): Adam's second moment
+
+    @classmethod
+    def zeros(cls, flat: torch.Tensor) -> _Memory:
+        average = torch.zeros(flat.shape[0], dtype=torch.float64)
+        return cls(average, torch.zeros_like(flat), torch.zeros_like(flat))
+
+
+def _gd_step(k, g, lrs, memory: _Memory, rule: _StepRule):
+    """u_k = ∇ℓ(θ_k), η_k = lr: Euler's method on the gradient flow."""
+    return lrs, g
+
+
+def _adaptive_step(k, g, lrs, memory: _Memory, rule: _StepRule):
+    """η_k = lr / (√(m_k / (1 − β^{k+1})) + softening), m_k = β m_{k−1} + (1 − β) Σ_p ‖∇_p ℓ‖."""
+    norm_sum = sum(torch.linalg.vector_norm(g[:, lo:hi], dim=-1) for lo, hi in rule.groups)
+    memory.avg_norm = rule.beta * memory.avg_norm + (1 - rule.beta) * norm_sum
+    eta = lrs / (torch.sqrt(memory.avg_norm / (1 - rule.beta ** (k + 1))) + rule.softening)
+    return eta, g
+
+
+def _adam_step(k, g, lrs, memory: _Memory, rule: _StepRule):
+    """u_k = m̂_k / (√v̂_k + ε_k), with ε_k = ε (PyTorch) or ε / √(1 − β₂^{k+1}) (Keras)."""
+    memory.first.mul_(rule.b1).add_(g, alpha=1 - rule.b1)
+    memory.second.mul_(rule.b2).addcmul_(g, g, value=1 - rule.b2)
+    m_hat = memory.first / (1 - rule.b1 ** (k + 1))
+    v_hat = memory.second / (1 - rule.b2 ** (k + 1))
+    eps_k = rule.adam_eps
+    if rule.keras:
+        eps_k = rule.adam_eps / math.sqrt(1 - rule.b2 ** (k + 1))
+    return lrs, m_hat / (v_hat.sqrt() + eps_k)
+
+
+_STEPS = {"gd": _gd_step, "adaptive": _adaptive_step, "adam": _adam_step}
+
+
+class _Stopping:
+    """Per-run stopping rule: a non-finite loss or gradient, or ℓ ≤ ε then ``extra`` more steps."""
+
+    def __init__(self, runs: int, steps: int, stop_loss: float | None, extra: int):
+        self.steps, self.stop_loss, self.extra = steps, stop_loss, extra
+        self.converged = np.full(runs, -1, dtype=np.int64)
+        self.diverged = np.zeros(runs, dtype=bool)
+        self.last = np.full(runs, steps, dtype=np.int64)
+
+    def update(self, k: int, values: torch.Tensor, g: torch.Tensor) -> np.ndarray:
+        """Take iterate k's losses and gradients into account; the runs still active."""
+        finite = (torch.isfinite(values) & torch.isfinite(g).all(-1)).numpy()
+        newly = ~finite & ~self.diverged & (k < self.last)
+        if newly.any():
+            self.diverged |= newly
+            self.last[newly] = k
+        if self.stop_loss is not None:
+            hit = (values <= self.stop_loss).numpy() & (self.converged < 0) & ~self.diverged
+            if hit.any():
+                self.converged[hit] = k
+                self.last[hit] = np.minimum(self.steps, k + self.extra)
+        return k < self.last
+
+
+class _Recorder:
+    """The recorded iterates of a descent, and the Trajectory they make."""
+
+    def __init__(self):
+        self.times: list[int] = []
+        self.states: list[np.ndarray] = []
+        self.losses: list[np.ndarray] = []
+        self.steps: list[np.ndarray] = []
+
+    def add(self, k: int, flat: torch.Tensor, values: torch.Tensor, eta: np.ndarray) -> None:
+        self.times.append(k)
+        self.states.append(flat.numpy().copy())
+        self.losses.append(values.numpy().copy())
+        self.steps.append(eta.copy())
+
+    def trajectory(self, names, shapes, bounds, stopping: _Stopping, optimizer: str, *, single):
+        states = np.stack(self.states)  # (T, R, P)
+        runs = states.shape[1]
+        history = {
+            k: states[:, :, bounds[i] : bounds[i + 1]].reshape((len(states), runs, *shapes[i]))
+            for i, k in enumerate(names)
+        }
+        losses, step_sizes = np.stack(self.losses), np.stack(self.steps)
+        steps_run = [int(s) for s in stopping.last]
+        conv = [int(c) if c >= 0 else None for c in stopping.converged]
+        div = [bool(x) for x in stopping.diverged]
+        if single:
+            history = {n: h[:, 0] for n, h in history.items()}
+            losses, step_sizes = losses[:, 0], step_sizes[:, 0]
+            steps_run, conv, div = steps_run[0], conv[0], div[0]
+        info = {
+            "converged_step": conv,
+            "steps_run": steps_run,
+            "diverged": div,
+            "optimizer": optimizer,
+        }
+        return Trajectory(
+            times=np.array(self.times, dtype=np.int64),
+            params=history,
+            losses=losses,
+            step_sizes=step_sizes,
+            info=info,
+        )
+
+
 def gradient_descent(
     loss: Loss | None,
     params: Mapping[str, torch.Tensor],
@@ -577,93 +704,36 @@ def gradient_descent(
             for i, k in enumerate(names)
         }
 
-    avg_norm = torch.zeros(n_runs, dtype=torch.float64)
-    first_moment = torch.zeros_like(flat)
-    second_moment = torch.zeros_like(flat)
-
-    rec_times: list[int] = []
-    rec_states: list[np.ndarray] = []
-    rec_losses: list[np.ndarray] = []
-    rec_steps: list[np.ndarray] = []
-    converged = np.full(n_runs, -1, dtype=np.int64)
-    diverged = np.zeros(n_runs, dtype=bool)
-    last = np.full(n_runs, steps, dtype=np.int64)
-    nan_steps = np.full(n_runs, np.nan)
-
-    def record(k: int, values: torch.Tensor, eta: np.ndarray) -> None:
-        rec_times.append(k)
-        rec_states.append(flat.numpy().copy())
-        rec_losses.append(values.numpy().copy())
-        rec_steps.append(eta.copy())
-
+    step = _STEPS[optimizer]
+    rule = _StepRule(
+        groups=[(int(bounds[i]), int(bounds[i + 1])) for i in range(len(names))],
+        beta=beta,
+        softening=softening,
+        b1=b1,
+        b2=b2,
+        adam_eps=adam_eps,
+        keras=adam_form == "keras",
+    )
+    memory = _Memory.zeros(flat)
+    stopping = _Stopping(n_runs, steps, stop_loss, extra_steps)
+    recorder = _Recorder()
     k = 0
     while True:
         values, grads = oracle(unflatten(flat))
         g = torch.cat([gr.reshape(n_runs, -1) for gr in grads], dim=1)
-        finite = (torch.isfinite(values) & torch.isfinite(g).all(-1)).numpy()
-        newly = ~finite & ~diverged & (k < last)
-        if newly.any():
-            diverged |= newly
-            last[newly] = k
-        if stop_loss is not None:
-            hit = (values <= stop_loss).numpy() & (converged < 0) & ~diverged
-            if hit.any():
-                converged[hit] = k
-                last[hit] = np.minimum(steps, k + extra_steps)
-        active = k < last
+        active = stopping.update(k, values, g)
         if not active.any():
-            record(k, values, nan_steps)
+            recorder.add(k, flat, values, np.full(n_runs, np.nan))
             break
-
-        if optimizer == "gd":
-            eta, update = lrs, g
-        elif optimizer == "adaptive":
-            norm_sum = sum(
-                torch.linalg.vector_norm(g[:, bounds[i] : bounds[i + 1]], dim=-1)
-                for i in range(len(names))
-            )
-            avg_norm = beta * avg_norm + (1 - beta) * norm_sum
-            eta = lrs / (torch.sqrt(avg_norm / (1 - beta ** (k + 1))) + softening)
-            update = g
-        else:  # adam
-            eta = lrs
-            first_moment.mul_(b1).add_(g, alpha=1 - b1)
-            second_moment.mul_(b2).addcmul_(g, g, value=1 - b2)
-            m_hat = first_moment / (1 - b1 ** (k + 1))
-            v_hat = second_moment / (1 - b2 ** (k + 1))
-            eps_k = adam_eps
-            if adam_form == "keras":
-                eps_k = adam_eps / math.sqrt(1 - b2 ** (k + 1))
-            update = m_hat / (v_hat.sqrt() + eps_k)
+        eta, update = step(k, g, lrs, memory, rule)
         if k % record_every == 0:
-            record(k, values, np.where(active, eta.numpy(), np.nan))
+            recorder.add(k, flat, values, np.where(active, eta.numpy(), np.nan))
         if active.all():
             flat = flat - eta.unsqueeze(-1) * update
-        else:
+        else:  # a finished run stays frozen: its state is copied, not updated
             mask = torch.from_numpy(active).unsqueeze(-1)
             flat = torch.where(
                 mask, flat - torch.where(mask, eta.unsqueeze(-1), 0.0) * update, flat
             )
         k += 1
-
-    states = np.stack(rec_states)  # (T, R, P)
-    history = {
-        k: states[:, :, bounds[i] : bounds[i + 1]].reshape((len(states), n_runs, *shapes[i]))
-        for i, k in enumerate(names)
-    }
-    losses, step_sizes = np.stack(rec_losses), np.stack(rec_steps)
-    steps_run = [int(s) for s in last]
-    conv = [int(c) if c >= 0 else None for c in converged]
-    div = [bool(x) for x in diverged]
-    if runs is None:
-        history = {n: h[:, 0] for n, h in history.items()}
-        losses, step_sizes = losses[:, 0], step_sizes[:, 0]
-        steps_run, conv, div = steps_run[0], conv[0], div[0]
-    info = {"converged_step": conv, "steps_run": steps_run, "diverged": div, "optimizer": optimizer}
-    return Trajectory(
-        times=np.array(rec_times, dtype=np.int64),
-        params=history,
-        losses=losses,
-        step_sizes=step_sizes,
-        info=info,
-    )
+    return recorder.trajectory(names, shapes, bounds, stopping, optimizer, single=runs is None)
