@@ -4,10 +4,12 @@
 #   make book      execute every chapter and build the HTML book in _build/html (warnings are errors)
 #   make site-test build the book, then test it offline in headless Chromium (screenshots in _build/site-test)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
+#   make test-portable  the unit tests under portable kernels and two threads (as other machines)
+#   make full      execute every chapter at the papers' sizes (BOOK_SCALE=full), with timings
 #   make student   the assignments' student notebooks and autograder bundles in _build/student
 #   make grade     grade every .ipynb in SUBMISSIONS=<folder> with otter-grader: <folder>/grades.csv
 #   make lint      ruff over the Python code
-#   make bench     time the library and the chapters
+#   make bench     time the chapters (default and full scale) and the library's hot paths
 #   make reproduce recompute the committed long-run results book/results/*.json (CHAPTERS=... for some)
 #   make clean     remove build outputs (keeps .venv)
 #   make lock      regenerate requirements-lock.txt from the ranges in pyproject.toml
@@ -24,7 +26,7 @@ NBTEST := .nbtest
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: help venv setup vendor test book site-test student grade lint bench reproduce clean lock
+.PHONY: help venv setup vendor test test-portable full book site-test student grade lint bench reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -37,20 +39,33 @@ $(STAMP): requirements-lock.txt pyproject.toml
 	$(BIN)/pip install --progress-bar off -q --no-deps --no-build-isolation -e .
 	touch $@
 
+# Convert every chapter listed in _toc.yml into the scratch folder .nbtest and execute it with
+# nbmake (which skips every path with a "_build" part, hence the scratch folder). $(1): the
+# timeout of a cell in seconds.
+define run-chapters
+rm -rf $(NBTEST)
+mkdir -p $(NBTEST)
+for src in $$($(BIN)/python tools/chapters.py --notebooks); do \
+  name=$$(basename "$${src%.*}"); \
+  $(BIN)/jupytext --quiet --to ipynb --output "$(NBTEST)/$$name.ipynb" "$$src"; \
+done
+if compgen -G "$(NBTEST)/*.ipynb" > /dev/null; then \
+  BOOK_MODE=test $(RUN) $(BIN)/python -m pytest --nbmake --nbmake-timeout=$(1) -q \
+    --durations=0 -p no:cacheprovider $(NBTEST)/*.ipynb; \
+else \
+  echo "no chapters with code listed in _toc.yml"; \
+fi
+endef
+
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -q
-	rm -rf $(NBTEST)
-	mkdir -p $(NBTEST)
-	for src in $$($(BIN)/python tools/chapters.py --notebooks); do \
-	  name=$$(basename "$${src%.*}"); \
-	  $(BIN)/jupytext --quiet --to ipynb --output "$(NBTEST)/$$name.ipynb" "$$src"; \
-	done
-	# nbmake skips every path with a "_build" part, hence the scratch folder .nbtest
-	if compgen -G "$(NBTEST)/*.ipynb" > /dev/null; then \
-	  BOOK_MODE=test $(RUN) $(BIN)/python -m pytest --nbmake --nbmake-timeout=300 -q $(NBTEST)/*.ipynb; \
-	else \
-	  echo "no chapters with code listed in _toc.yml"; \
-	fi
+	$(call run-chapters,300)
+
+# Every chapter at the papers' own sizes (BOOK_SCALE=full), with each chapter's time (not in CI:
+# many minutes on 2 cores; make bench prints both scales side by side).
+full: export BOOK_SCALE = full
+full: $(STAMP)
+	$(call run-chapters,1800)
 
 # MathJax 3 from a pinned npm package, unpacked into the git-ignored .vendor/ and copied into the
 # book's _static/ by Sphinx (html_static_path and mathjax_path in _config.yml): math is typeset
@@ -69,6 +84,19 @@ $(MATHJAX):
 	mv .vendor/tmp/package/es5 .vendor/mathjax
 	rm -rf .vendor/tmp
 	touch $@
+
+# The unit tests again, in three environments that change the order of floating-point sums as
+# another machine would: torch's portable kernels, two torch threads, two OpenMP/OpenBLAS threads.
+# A test that compares floats bit for bit across computation paths fails here (README, "For
+# developers"). Tests marked "not_numerics" (grading, the browser) are left out: no arithmetic.
+PORTABLE_PYTEST := $(BIN)/python -m pytest tests -q -p no:cacheprovider -m "not not_numerics"
+test-portable: $(STAMP)
+	@echo "== unit tests with ATEN_CPU_CAPABILITY=default"
+	ATEN_CPU_CAPABILITY=default $(PORTABLE_PYTEST)
+	@echo "== unit tests with BOOK_TORCH_THREADS=2"
+	BOOK_TORCH_THREADS=2 $(PORTABLE_PYTEST)
+	@echo "== unit tests with OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2"
+	OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 $(PORTABLE_PYTEST)
 
 book: $(STAMP) $(MATHJAX)
 	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
