@@ -67,21 +67,21 @@ full: export BOOK_SCALE = full
 full: $(STAMP)
 	$(call run-chapters,1800)
 
-# MathJax 3 from a pinned npm package, unpacked into the git-ignored .vendor/ and copied into the
-# book's _static/ by Sphinx (html_static_path and mathjax_path in _config.yml): math is typeset
-# without a network. The tarball's checksum is checked, so every build serves the same files.
+# MathJax 3 from a pinned npm package, unpacked into the git-ignored .vendor/static/ and copied
+# into the book's _static/ by Sphinx (html_static_path and mathjax_path in _config.yml): math is
+# typeset without a network. The tarball's checksum is checked, so every build serves the same files.
 MATHJAX_VERSION := 3.2.2
 MATHJAX_SHA256 := 1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
-MATHJAX := .vendor/mathjax/.version-$(MATHJAX_VERSION)
+MATHJAX := .vendor/static/mathjax/.version-$(MATHJAX_VERSION)
 vendor: $(MATHJAX)
 $(MATHJAX):
 	@command -v npm > /dev/null || { echo "make: npm is needed to fetch MathJax $(MATHJAX_VERSION): apt-get install -y npm"; exit 1; }
-	rm -rf .vendor/mathjax .vendor/tmp
-	mkdir -p .vendor/tmp
+	rm -rf .vendor/static/mathjax .vendor/tmp
+	mkdir -p .vendor/tmp .vendor/static
 	cd .vendor/tmp && npm pack --silent mathjax@$(MATHJAX_VERSION) > /dev/null
 	echo "$(MATHJAX_SHA256)  .vendor/tmp/mathjax-$(MATHJAX_VERSION).tgz" | sha256sum --check --quiet
 	tar -xzf .vendor/tmp/mathjax-$(MATHJAX_VERSION).tgz -C .vendor/tmp
-	mv .vendor/tmp/package/es5 .vendor/mathjax
+	mv .vendor/tmp/package/es5 .vendor/static/mathjax
 	rm -rf .vendor/tmp
 	touch $@
 
