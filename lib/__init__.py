@@ -1,8 +1,19 @@
 """``lib``: the library behind the book *Implicit Bias of Gradient Descent*.
 
-Modules: :mod:`lib.flow` (gradient flow and gradient descent), :mod:`lib.ssm` (diagonal state
-space models), :mod:`lib.viz` (plots and interactive explorations), :mod:`lib.config` (the
-``BOOK_SCALE`` / ``BOOK_MODE`` switches).
+Modules, by the part of the book that uses them:
+
+- the engine: :mod:`lib.flow` (gradient flow and gradient descent), :mod:`lib.curvature`
+  (Hessian-vector products, extreme eigenvalues);
+- Part I: :mod:`lib.linear_nets`, :mod:`lib.relu_nets`, :mod:`lib.data` (scikit-learn's digits);
+- Part II: :mod:`lib.ssm` (diagonal state space models), :mod:`lib.extrapolation` (linear RNNs,
+  GRUs), :mod:`lib.poison` (Theorem 1), :mod:`lib.poison_dynamics` and :mod:`lib.fast_dynamics`
+  (the Figure-2 / Table experiments and their compiled loop), :mod:`lib.s4d` and
+  :mod:`lib.gradient_matching` (poisoning on real data);
+- Part III: :mod:`lib.tensor_nets` (linear tensor networks), :mod:`lib.saddles`
+  (saddle-to-saddle dynamics);
+- around them: :mod:`lib.viz` (plots and interactive explorations), :mod:`lib.results`
+  (committed long-run results), :mod:`lib.config` (the ``BOOK_SCALE`` / ``BOOK_MODE``
+  switches), :mod:`lib._checks` (input validation).
 """
 
 import torch
