@@ -534,8 +534,7 @@ def train_dynamics(
     params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
     lrs = [setting.lr_clean if scale is None else setting.lr_special for _, scale in pairs]
 
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    engine = as_choice(engine, "engine", ENGINES)
     if engine == "compiled":
         trajectory = _train_compiled(setting, params, x, y, weights, sizes, lrs, max_steps,
                                      record_every)  # fmt: skip
