@@ -117,6 +117,19 @@ def test_escape_speed_and_direction_agree(circle):
     assert float(saddles.speed_of(direction, X, G)) == pytest.approx(speed, rel=1e-12)
 
 
+def test_restarts_take_the_best_start(circle):
+    X, G = circle
+    assert saddles.restart_seeds(5, 1) == [5] and saddles.restart_seeds(5, 3) == [15, 16, 17]
+    starts = saddles.escape_search(X, G, depth=3, width=4, seeds=[15, 16, 17], steps=300)
+    best = saddles.escape_speed(X, G, depth=3, width=4, seed=5, steps=300, restarts=3)
+    assert best == starts.speeds.max()  # the same batched search: one computation path, exact
+    assert len(set(starts.speeds.round(6))) > 1  # the starts differ, so "best" means something
+    direction = saddles.escape_direction(X, G, depth=3, width=4, seed=5, steps=300, restarts=3)
+    assert float(saddles.speed_of(direction, X, G)) == pytest.approx(best, rel=1e-12)
+    with pytest.raises(ValueError, match="restarts"):
+        saddles.escape_speed(X, G, depth=3, width=4, seed=5, restarts=0)
+
+
 def test_radius_formula_against_gradient_flow():
     # a smooth escape direction: positive data, G < 0, the rank-1 linear direction
     rng = np.random.RandomState(0)
