@@ -167,8 +167,9 @@ def chromium() -> str:
         return found
     if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
         print("site-test: no Chromium; installing Debian's chromium with apt-get", flush=True)
-        subprocess.run(["apt-get", "update", "-q"], check=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True)
+        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}  # no prompt in CI
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=quiet)
+        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, env=quiet)
         found = shutil.which("chromium")
         if found:
             return found
