@@ -10,7 +10,9 @@ two-hidden-layer ReLU MLP, Table 1 row 3), measured side by side in one run:
 - *arithmetic floor*: the compiled loss-and-gradient kernel alone, called in a compiled loop with
   no optimizer, no stopping rule and no recording: what the model's arithmetic costs by itself.
 
-Costs are per step of the whole batch of runs (R runs, as the chapters run them), in microseconds.
+Costs are per step of the whole batch of runs (R runs, as the chapters run them), in microseconds
+of this process's CPU time (``time.process_time``): on an idle machine that is the wall-clock time,
+and it stays so when other processes share the cores. Both engines run on one thread.
 For scale: the authors' Keras loop (their TensorFlow 2.4 code, one run of Table 1 row 2) took about
 129 ms per step in an earlier measurement on a 2-core machine of this class; it is not re-measured
 here, because that code's pinned dependencies cannot be installed offline.
