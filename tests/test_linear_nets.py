@@ -9,12 +9,14 @@ import pytest
 import torch
 from conftest import DT, flat_hessian, ones
 
+from lib.data import digits
 from lib.flow import gradient_descent, gradient_flow
 from lib.linear_nets import (
     as_params,
     balance_matrices,
     balanced_init,
     cross_entropy,
+    cross_entropy_gradient,
     end_to_end,
     end_to_end_velocity,
     layers,
@@ -263,6 +265,135 @@ def test_cross_entropy(gen, activation):
     lse = m[:, 0] + np.log(np.exp(z - m).sum(axis=1))
     expected = np.mean(lse - z[np.arange(9), labels.numpy()])
     assert float(got) == pytest.approx(expected, rel=1e-13, abs=0)
+
+
+def _autograd_cross_entropy(params, x, labels, activation):
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    value = cross_entropy(leaves, x, labels, activation=activation)
+    grads = torch.autograd.grad(value, list(leaves.values()))
+    return value.detach(), dict(zip(leaves, grads, strict=True))
+
+
+@pytest.mark.parametrize("activation", ["linear", "relu"])
+@pytest.mark.parametrize("widths", [(4, 6, 3), (5, 7, 6, 3), (3, 4, 4, 4, 2)])
+def test_cross_entropy_gradient_matches_autograd(gen, activation, widths):
+    params = as_params(_random_weights(gen, widths))
+    x = torch.randn(40, widths[0], generator=gen, dtype=DT)
+    labels = torch.randint(0, widths[-1], (40,), generator=gen)
+    value, grads = cross_entropy_gradient(params, x, labels, activation=activation)
+    expected_value, expected = _autograd_cross_entropy(params, x, labels, activation)
+    assert value.shape == () and list(grads) == list(params)
+    # the same sums in another order (end-to-end product, transposed layout): rounding only,
+    # a few ulps of the largest term per entry; 1e-12 relative leaves room for 40-term sums
+    torch.testing.assert_close(value, expected_value, rtol=1e-12, atol=0)
+    for k in params:
+        scale = float(expected[k].abs().max())
+        torch.testing.assert_close(grads[k], expected[k], rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("activation", ["linear", "relu"])
+def test_cross_entropy_gradient_with_a_run_axis(gen, activation):
+    widths, runs = (5, 6, 4, 3), 4
+    draws = [_random_weights(gen, widths) for _ in range(runs)]
+    stacks = [torch.stack([d[j] for d in draws]) for j in range(len(widths) - 1)]
+    params = {f"W{j}": w for j, w in enumerate(stacks, start=1)}
+    x = torch.randn(30, widths[0], generator=gen, dtype=DT)
+    labels = torch.randint(0, widths[-1], (30,), generator=gen)
+    values, grads = cross_entropy_gradient(params, x, labels, activation=activation)
+    assert values.shape == (runs,)
+    for r in range(runs):
+        alone = {k: v[r] for k, v in params.items()}
+        value, expected = _autograd_cross_entropy(alone, x, labels, activation)
+        # a run inside a batch against the run alone: rounding only (batched kernels)
+        torch.testing.assert_close(values[r], value, rtol=1e-12, atol=0)
+        for k in params:
+            scale = float(expected[k].abs().max())
+            torch.testing.assert_close(grads[k][r], expected[k], rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("activation", ["linear", "relu"])
+def test_cross_entropy_gradient_descent_follows_the_autograd_trajectory(activation):
+    """The closed-form training step reproduces the autograd one: 300 steps of full-batch gradient
+    descent on digits, fixed seeds, agree to 1e-10 relative (each step differs by rounding, ~1e-16,
+    and these short runs at a stable step do not amplify it beyond a few orders of magnitude)."""
+    x, labels = digits(200, every=5)
+    for seed in (0, 1):
+        start = xavier_init([64, 16, 16, 10], seed=seed)
+
+        def loss(p):
+            return cross_entropy(p, x, labels, activation=activation)
+
+        def gradient(p):
+            return cross_entropy_gradient(p, x, labels, activation=activation)
+
+        reference = gradient_descent(loss, start, 0.05, 300, record_every=30)
+        fast = gradient_descent(None, start, 0.05, 300, record_every=30, gradient=gradient)
+        assert reference.losses[-1] < 0.7 * reference.losses[0]  # it trained
+        for k in start:
+            scale = np.abs(reference[k]).max()
+            np.testing.assert_allclose(fast[k], reference[k], rtol=0, atol=1e-10 * scale)
+        np.testing.assert_allclose(fast.losses, reference.losses, rtol=1e-10, atol=0)
+
+
+def test_cross_entropy_gradient_linear_is_the_end_to_end_chain_rule(gen):
+    """∇_{W_j} f = W_{n:j+1}ᵀ ∇φ(W_{n:1}) W_{j−1:1}ᵀ with ∇φ(P) = (softmax(XPᵀ) − Y)ᵀ X / N, by
+    numpy."""
+    weights = _random_weights(gen, (4, 5, 3, 2))
+    x = torch.randn(11, 4, generator=gen, dtype=DT)
+    labels = torch.randint(0, 2, (11,), generator=gen)
+    _, grads = cross_entropy_gradient(as_params(weights), x, labels)
+    w = [v.numpy() for v in weights]
+    z = x.numpy() @ _numpy_product(weights).T
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(11), labels.numpy()] -= 1
+    outer = p.T @ x.numpy() / 11
+    expected = [(w[2] @ w[1]).T @ outer, w[2].T @ outer @ w[0].T, outer @ (w[1] @ w[0]).T]
+    for j, e in enumerate(expected, start=1):
+        np.testing.assert_allclose(grads[f"W{j}"].numpy(), e, rtol=1e-12, atol=1e-14)
+
+
+def _gradient_call(**changes):
+    args = {
+        "params": as_params([ones(3, 2), ones(2, 3)]),
+        "x": ones(4, 2),
+        "labels": torch.tensor([0, 1, 1, 0]),
+        "activation": "linear",
+    }
+    args.update(changes)
+    return lambda: cross_entropy_gradient(
+        args["params"], args["x"], args["labels"], activation=args["activation"]
+    )
+
+
+BAD_GRADIENT_CALLS = [
+    ("activation", _gradient_call(activation="tanh")),
+    ("x width", _gradient_call(x=ones(4, 3))),
+    ("x float32", _gradient_call(x=torch.ones(4, 2))),
+    ("x nan", _gradient_call(x=torch.full((4, 2), float("nan"), dtype=DT))),
+    ("labels count", _gradient_call(labels=torch.tensor([0, 1]))),
+    ("labels range", _gradient_call(labels=torch.tensor([0, 1, 2, 0]))),
+    ("labels float", _gradient_call(labels=ones(4))),
+    ("no inputs", _gradient_call(x=ones(0, 2), labels=torch.tensor([], dtype=torch.int64))),
+    ("missing key", _gradient_call(params={"W1": ones(3, 2), "W3": ones(2, 3)})),
+    ("run axes differ", _gradient_call(params={"W1": ones(2, 3, 2), "W2": ones(3, 2, 3)})),
+    ("run axis on one", _gradient_call(params={"W1": ones(2, 3, 2), "W2": ones(2, 3)})),
+    ("4-D weight", _gradient_call(params={"W1": ones(1, 2, 3, 2), "W2": ones(1, 2, 2, 3)})),
+    ("inner widths", _gradient_call(params={"W1": ones(3, 2), "W2": ones(2, 4)})),
+    ("weights float32", _gradient_call(params={"W1": torch.ones(3, 2), "W2": ones(2, 3)})),
+]
+
+
+@pytest.mark.parametrize("name,call", BAD_GRADIENT_CALLS, ids=[n for n, _ in BAD_GRADIENT_CALLS])
+def test_cross_entropy_gradient_rejects_bad_input(name, call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_layers_rejects_a_run_axis():
+    """The run axis is for the closed-form gradient only; layers() keeps asking for matrices."""
+    with pytest.raises(ValueError):
+        layers({"W1": ones(2, 3, 2), "W2": ones(2, 2, 3)})
 
 
 def test_network_output_rejects_unknown_activation(gen):
