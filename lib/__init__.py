@@ -10,7 +10,7 @@ Modules, by the part of the book that uses them:
   (the Figure-2 / Table experiments and their compiled loop), :mod:`lib.s4d` and
   :mod:`lib.gradient_matching` (poisoning on real data);
 - Part III: :mod:`lib.tensor_nets` (linear tensor networks), :mod:`lib.saddles`
-  (saddle-to-saddle dynamics);
+  (saddle-to-saddle dynamics) and :mod:`lib.fast_relu` (its compiled loops);
 - around them: :mod:`lib.viz` (plots and interactive explorations), :mod:`lib.results`
   (committed long-run results), :mod:`lib.config` (the ``BOOK_SCALE`` / ``BOOK_MODE``
   switches), :mod:`lib._checks` (input validation).

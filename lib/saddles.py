@@ -37,7 +37,17 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from lib._checks import DTYPE, as_int, as_list, as_positive_float, as_seed, as_seeds, as_tensor
+from lib import fast_relu
+from lib._checks import (
+    DTYPE,
+    as_choice,
+    as_int,
+    as_list,
+    as_positive_float,
+    as_seed,
+    as_seeds,
+    as_tensor,
+)
 from lib.flow import Trajectory, gradient_descent
 from lib.relu_nets import relu_network
 
@@ -53,6 +63,7 @@ __all__ = [
     "find_plateaus",
     "layer_statistics",
     "linear_escape_speed",
+    "localized_descent",
     "localized_gradient",
     "localized_loss",
     "proposition33_bound",
@@ -310,6 +321,9 @@ class EscapeSearch:
         return int(np.argmax(self.speeds))
 
 
+ENGINES = ("compiled", "numpy")
+
+
 def _widths(X: torch.Tensor, G: torch.Tensor, depth: int, width: int) -> list[int]:
     return [X.shape[1]] + [width] * (depth - 1) + [G.shape[1]]
 
@@ -371,6 +385,32 @@ def localized_gradient(weights: Sequence[torch.Tensor], X, G):
     return torch.tensor(float(value[0]), dtype=DTYPE), [torch.from_numpy(g[0]) for g in grads]
 
 
+def localized_descent(
+    weights: Sequence[torch.Tensor], X, G, *, lr: float, steps: int, record_every: int = 1
+) -> Trajectory:
+    """Gradient descent θ_{k+1} = θ_k − η ∇L₀(θ_k) on the localized loss, from one network.
+
+    Euler's method with step η = ``lr`` on the gradient flow of Propositions 2.1–2.2, compiled
+    (:func:`lib.fast_relu.schedule_descent` with power 0). Returns the
+    :class:`~lib.flow.Trajectory` that :func:`lib.flow.gradient_descent` returns with
+    :func:`localized_gradient` as its gradient (parameters ``"W1"`` … ``"WL"``), up to the order
+    of floating-point sums (tested).
+    """
+    X, G = _as_data(X, G)
+    weights = _as_weights(weights, d_in=X.shape[1], single=True)
+    if weights[-1].shape[0] != G.shape[1]:
+        raise ValueError(
+            f"the last layer has {weights[-1].shape[0]} outputs but G has d_out = {G.shape[1]}"
+        )
+    widths = [X.shape[1]] + [w.shape[0] for w in weights]
+    theta0 = np.concatenate([w.detach().numpy().ravel() for w in weights])
+    result = fast_relu.schedule_descent(
+        theta0, widths, X.numpy(), G.numpy(), cost="localized", eta0=lr, power=0.0, steps=steps,
+        record_every=record_every,
+    )  # fmt: skip
+    return _trajectory(widths, *result)
+
+
 def escape_search(
     X,
     G,
@@ -380,6 +420,7 @@ def escape_search(
     seeds: Sequence[int],
     steps: int = 6000,
     lr: tuple[float, float] = (0.1, 1e-5),
+    engine: str = "compiled",
 ) -> EscapeSearch:
     """Projected gradient descent of L₀ on the sphere ‖θ‖² = L, vectorized over seeds.
 
@@ -391,6 +432,11 @@ def escape_search(
     ``lr[0]`` to ``lr[1]``: optimal directions sit on ReLU kinks, where a fixed step oscillates.
     The fixed points of the iteration are the critical points of L₀ on the sphere (Definition
     2.1); a run that ends with a positive speed ended near an escape direction.
+
+    ``engine="compiled"`` (the default) runs each seed's whole loop compiled by numba
+    (:func:`lib.fast_relu.sphere_descent`); ``engine="numpy"`` runs the same iteration vectorized
+    over the seeds in numpy. They differ only in the order of floating-point sums (tested to
+    1e-10 over a few hundred steps).
     """
     X, G = _as_data(X, G)
     depth = as_int(depth, "depth", minimum=2)
@@ -401,6 +447,7 @@ def escape_search(
     if len(lr) != 2:
         raise ValueError(f"lr must be a pair (first angle, last angle), got {lr}")
     lr_first, lr_last = (as_positive_float(v, "lr") for v in lr)
+    engine = as_choice(engine, "engine", ENGINES)
     widths = _widths(X, G, depth, width)
     runs = []
     for seed in seeds:
@@ -412,12 +459,25 @@ def escape_search(
     radius = math.sqrt(depth)
     weights = _onto_sphere(weights, radius)
     angles = np.geomspace(lr_first, lr_last, steps)
-    history = np.empty((steps + 1, len(seeds)))
     x, g = X.numpy(), G.numpy()
-    with threadpool_limits(limits=1, user_api="blas"):
-        history, weights = _sphere_descent(weights, x, g, angles, radius)
+    if engine == "compiled":
+        flat = np.concatenate([w.reshape(len(seeds), -1) for w in weights], axis=1)
+        history, flat = fast_relu.sphere_descent(flat, widths, x, g, angles, radius)
+        weights = _unflatten(flat, widths)
+    else:
+        with threadpool_limits(limits=1, user_api="blas"):
+            history, weights = _sphere_descent(weights, x, g, angles, radius)
     weights = [torch.from_numpy(w) for w in weights]
     return EscapeSearch(speeds=history[-1].copy(), weights=weights, history=history, seeds=seeds)
+
+
+def _unflatten(flat: np.ndarray, widths: list[int]) -> list[np.ndarray]:
+    """The matrices W_ℓ (leading axes kept) of flat θ vectors in the layout of lib.fast_relu."""
+    offsets = fast_relu.layer_offsets(widths)
+    return [
+        flat[..., offsets[i] : offsets[i + 1]].reshape((*flat.shape[:-1], o, n))
+        for i, (n, o) in enumerate(zip(widths[:-1], widths[1:], strict=True))
+    ]
 
 
 def _sphere_descent(weights, x, g, angles, radius):
@@ -451,31 +511,47 @@ def restart_seeds(seed: int, restarts: int) -> list[int]:
     return as_seeds([restarts * seed + i for i in range(restarts)], "restart seeds")
 
 
-def _best_start(X, G, depth, width, seed, steps, restarts) -> tuple[EscapeSearch, int]:
+def _best_start(X, G, depth, width, seed, steps, restarts, engine) -> tuple[EscapeSearch, int]:
     seeds = restart_seeds(seed, restarts)
-    search = escape_search(X, G, depth=depth, width=width, seeds=seeds, steps=steps)
+    search = escape_search(X, G, depth=depth, width=width, seeds=seeds, steps=steps, engine=engine)
     return search, search.best
 
 
 def escape_speed(
-    X, G, *, depth: int, width: int, seed: int, steps: int = 6000, restarts: int = 1
+    X,
+    G,
+    *,
+    depth: int,
+    width: int,
+    seed: int,
+    steps: int = 6000,
+    restarts: int = 1,
+    engine: str = "compiled",
 ) -> float:
     """The speed −L₀ that :func:`escape_search` reaches from ``seed`` (a lower bound on s*(L)).
 
     The search is a non-convex ascent on the sphere, and a single start can end at a slower
     escape direction (on Example 1 at depth 3 and width 8, most single starts stop at the rank-1
     speed √2 − 1). With ``restarts = k`` it runs k starts (:func:`restart_seeds`) in one
-    vectorized search and returns the best.
+    vectorized search and returns the best. ``engine`` as in :func:`escape_search`.
     """
-    search, best = _best_start(X, G, depth, width, seed, steps, restarts)
+    search, best = _best_start(X, G, depth, width, seed, steps, restarts, engine)
     return float(search.speeds[best])
 
 
 def escape_direction(
-    X, G, *, depth: int, width: int, seed: int, steps: int = 6000, restarts: int = 1
+    X,
+    G,
+    *,
+    depth: int,
+    width: int,
+    seed: int,
+    steps: int = 6000,
+    restarts: int = 1,
+    engine: str = "compiled",
 ) -> list[torch.Tensor]:
     """The direction (weights on ‖θ‖² = L) whose speed :func:`escape_speed` reports."""
-    search, best = _best_start(X, G, depth, width, seed, steps, restarts)
+    search, best = _best_start(X, G, depth, width, seed, steps, restarts, engine)
     return search.direction(best)
 
 
@@ -705,6 +781,7 @@ def saddle_to_saddle_run(
     steps: int,
     seed: int,
     record_every: int = 50,
+    engine: str = "compiled",
 ) -> Trajectory:
     """Full-batch gradient descent on the mean softmax cross-entropy of a bias-free ReLU network.
 
@@ -715,9 +792,14 @@ def saddle_to_saddle_run(
         η_k = η₀ / ‖θ_k‖^{L−2},
 
     gradient descent in the time s of §2.1 (ds = ‖θ‖^{L−2} dt), in which the plateau lengths do
-    not grow as the initialization shrinks. Runs on :func:`lib.flow.gradient_descent` (the
-    schedule enters through the gradient closure, so the recorded ``step_sizes`` are η₀);
-    returns its :class:`~lib.flow.Trajectory`, recorded every ``record_every`` steps.
+    not grow as the initialization shrinks. Returns the :class:`~lib.flow.Trajectory` of
+    :func:`lib.flow.gradient_descent`, recorded every ``record_every`` steps (the schedule enters
+    through the gradient, so the recorded ``step_sizes`` are η₀).
+
+    ``engine="compiled"`` (the default) runs the whole loop compiled by numba
+    (:func:`lib.fast_relu.schedule_descent`); ``engine="numpy"`` runs
+    :func:`lib.flow.gradient_descent` with a numpy gradient. They differ only in the order of
+    floating-point sums (tested to 1e-10 over a few hundred steps).
     """
     from lib.relu_nets import gaussian_weights
 
@@ -732,6 +814,7 @@ def saddle_to_saddle_run(
     width = as_int(width, "width", minimum=1)
     eta0 = as_positive_float(eta0, "eta0")
     seed = as_int(seed, "seed", minimum=0)
+    engine = as_choice(engine, "engine", ENGINES)
     classes = int(labels.max()) + 1
     widths = [X.shape[1]] + [width] * (depth - 1) + [max(classes, 2)]
     init = gaussian_weights(widths, init_scale, np.random.RandomState(seed))
@@ -739,6 +822,8 @@ def saddle_to_saddle_run(
 
     x = X.numpy()
     onehot = np.eye(widths[-1])[labels.numpy()]
+    if engine == "compiled":
+        return _compiled_run(init, widths, x, onehot, eta0, steps, record_every)
 
     def cross_entropy(logits: np.ndarray):
         shifted = logits - logits.max(axis=-1, keepdims=True)
@@ -762,6 +847,29 @@ def saddle_to_saddle_run(
             record_every=record_every,
             gradient=gradient,
         )
+
+
+def _compiled_run(init, widths, x, onehot, eta0, steps, record_every) -> Trajectory:
+    """The loop of :func:`saddle_to_saddle_run` in :func:`lib.fast_relu.schedule_descent`."""
+    theta0 = np.concatenate([w.numpy().ravel() for w in init])
+    result = fast_relu.schedule_descent(
+        theta0, widths, x, onehot, cost="cross_entropy", eta0=eta0, power=len(widths) - 3,
+        steps=steps, record_every=record_every,
+    )  # fmt: skip
+    return _trajectory(widths, *result)
+
+
+def _trajectory(widths, times, states, losses, etas, last, diverged) -> Trajectory:
+    """A :class:`~lib.flow.Trajectory` of the records of :func:`lib.fast_relu.schedule_descent`."""
+    matrices = _unflatten(states, widths)
+    info = {"converged_step": None, "steps_run": last, "diverged": diverged, "optimizer": "gd"}
+    return Trajectory(
+        times=times,
+        params={f"W{i + 1}": m for i, m in enumerate(matrices)},
+        losses=losses,
+        step_sizes=etas,
+        info=info,
+    )
 
 
 def find_plateaus(losses, *, window: int, tolerance: float) -> list[tuple[int, int, float]]:
