@@ -510,7 +510,7 @@ def _adam_problem(runs=2, d=3):
 
 def test_train_adam_without_milestones_is_one_engine_call():
     field, params = _adam_problem()
-    traj = train_adam(field, params, 2, lr=1e-2, steps=37, record_every=5)
+    traj = train_adam(field, params, 2, lr=1e-2, steps=37, record_every=5, engine="torch")
     ref = gradient_descent(
         None, params, 1e-2, 37, optimizer="adam", runs=2, gradient=field, record_every=5
     )
@@ -524,7 +524,9 @@ def test_train_adam_without_milestones_is_one_engine_call():
 def test_train_adam_milestones_divide_the_learning_rate():
     field, params = _adam_problem()
     lr, steps, milestones = 1e-2, 30, (10, 22)
-    traj = train_adam(field, params, 2, lr=lr, steps=steps, milestones=milestones, record_every=1)
+    traj = train_adam(
+        field, params, 2, lr=lr, steps=steps, milestones=milestones, record_every=1, engine="torch"
+    )
     assert np.all(np.diff(traj.times) > 0) and traj.times[-1] == steps and traj.times[0] == 0
     assert traj.times.tolist() == list(range(steps + 1))
     # chained engine calls, phase p at lr·0.1^p, each restarting Adam
@@ -542,10 +544,11 @@ def test_train_adam_milestones_divide_the_learning_rate():
     for p, start in enumerate((0, *milestones)):
         step = np.abs(traj["a"][start + 1] - traj["a"][start])
         np.testing.assert_allclose(step, lr * 0.1**p, rtol=1e-5)
-    # a milestone at or beyond `steps` is ignored
-    beyond = train_adam(field, params, 2, lr=lr, steps=10, milestones=(10, 50), record_every=1)
-    plain = train_adam(field, params, 2, lr=lr, steps=10, record_every=1)
-    np.testing.assert_array_equal(beyond["b"], plain["b"])  # same engine call: exact
+    for engine in ("torch", "compiled"):  # a milestone at or beyond `steps` is ignored
+        kwargs = dict(lr=lr, steps=10, record_every=1, engine=engine)
+        beyond = train_adam(field, params, 2, milestones=(10, 50), **kwargs)
+        plain = train_adam(field, params, 2, **kwargs)
+        np.testing.assert_array_equal(beyond["b"], plain["b"])  # same engine call: exact
 
 
 # --- bad input ----------------------------------------------------------------------------------
