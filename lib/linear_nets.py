@@ -150,17 +150,18 @@ def cross_entropy_gradient(
     weights = _weights(params, runs=True)
     x = as_tensor(x, "x", shape=(None, weights[0].shape[-1]))
     labels = _class_labels(labels, x.shape[0], weights[-1].shape[-2])
-    rows = torch.arange(x.shape[0])
+    classes, count = weights[-1].shape[-2], x.shape[0]
+    onehot = torch.zeros(classes, count, dtype=DTYPE).scatter_(0, labels[None], 1.0)  # Yᵀ
 
     def head(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean cross-entropy of logits (..., N, d_n) and its gradient in them."""
         # Worked on Zᵀ, which the callers below hold contiguous: torch's softmax over a short
         # last axis (d_n = 10 classes) is several times slower than over a long leading one.
         log_p = torch.log_softmax(logits.transpose(-1, -2), dim=-2)
-        losses = -log_p[..., labels, rows].mean(-1)
-        delta = log_p.exp_()  # the softmax
-        delta[..., labels, rows] -= 1.0
-        return losses, delta.div_(x.shape[0]).transpose(-1, -2)
+        index = labels.expand(*log_p.shape[:-2], 1, count)
+        losses = -log_p.gather(-2, index).mean((-1, -2))
+        delta = log_p.exp_().sub_(onehot)  # softmax − onehot
+        return losses, delta.div_(count).transpose(-1, -2)
 
     names = [f"W{j}" for j in range(1, len(weights) + 1)]
     if activation == "relu":
