@@ -422,7 +422,7 @@ def escape_search(
     lr: tuple[float, float] = (0.1, 1e-5),
     engine: str = "compiled",
 ) -> EscapeSearch:
-    """Projected gradient descent of L₀ on the sphere ‖θ‖² = L, vectorized over seeds.
+    """Projected gradient descent of L₀ on the sphere ‖θ‖² = L, one run per seed.
 
     Each seed draws θ₀ with i.i.d. standard normal entries (hidden widths all equal to ``width``)
     and rescales it onto the sphere. Each step moves along the tangent part of the gradient,
@@ -533,7 +533,7 @@ def escape_speed(
     The search is a non-convex ascent on the sphere, and a single start can end at a slower
     escape direction (on Example 1 at depth 3 and width 8, most single starts stop at the rank-1
     speed √2 − 1). With ``restarts = k`` it runs k starts (:func:`restart_seeds`) in one
-    vectorized search and returns the best. ``engine`` as in :func:`escape_search`.
+    search and returns the best. ``engine`` as in :func:`escape_search`.
     """
     search, best = _best_start(X, G, depth, width, seed, steps, restarts, engine)
     return float(search.speeds[best])
