@@ -4,7 +4,8 @@ Modules, by the part of the book that uses them:
 
 - the engine: :mod:`lib.flow` (gradient flow and gradient descent), :mod:`lib.curvature`
   (Hessian-vector products, extreme eigenvalues);
-- Part I: :mod:`lib.linear_nets`, :mod:`lib.relu_nets`, :mod:`lib.data` (scikit-learn's digits);
+- Part I: :mod:`lib.linear_nets`, :mod:`lib.relu_nets`, :mod:`lib.fast_nets` (their compiled
+  gradient descent), :mod:`lib.data` (scikit-learn's digits);
 - Part II: :mod:`lib.ssm` (diagonal state space models), :mod:`lib.extrapolation` (linear RNNs,
   GRUs), :mod:`lib.poison` (Theorem 1), :mod:`lib.poison_dynamics` and :mod:`lib.fast_dynamics`
   (the Figure-2 / Table experiments and their compiled loop), :mod:`lib.s4d` and

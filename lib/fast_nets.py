@@ -4,11 +4,11 @@ The digits experiment of the paper's §6 trains a 64–32–32–10 network, lin
 gradient descent for up to 10⁴ steps per step size. Through :func:`lib.flow.gradient_descent`,
 even with the closed-form gradient :func:`lib.linear_nets.cross_entropy_gradient`, each step is a
 few dozen torch operations and the engine's bookkeeping around them; at the paper's 1000 images
-that overhead is as large as the arithmetic. Here the *whole* loop (forward pass, cross-entropy,
+that overhead costs more than the arithmetic. Here the *whole* loop (forward pass, cross-entropy,
 backpropagation, update, recording) is one function compiled by numba, whose matrix products call
 BLAS on one thread. The arithmetic is that of :func:`lib.linear_nets.cross_entropy_gradient`:
 
-* logits Z = W_{n:1} X ᵀ (linear) or Z = W_n σ(⋯ σ(W_1 Xᵀ)) (ReLU), as columns, one per sample;
+* logits Z = W_{n:1} Xᵀ (linear) or Z = W_n σ(⋯ σ(W_1 Xᵀ)) (ReLU), as columns, one per sample;
 * ℓ = (1/N) Σ_i (log Σ_c e^{Z_ci} − Z_{y_i i}) and ∂ℓ/∂Z = (softmax(Z) − Y) / N;
 * linear: ∇_{W_j} f = W_{n:j+1}ᵀ ∇φ(W_{n:1}) W_{j−1:1}ᵀ with ∇φ = (∂ℓ/∂Z) X;
   ReLU: ∂ℓ/∂W_l = δ_l h_{l−1}ᵀ, δ_{l−1} = (W_lᵀ δ_l) ⊙ 1[h_{l−1} > 0];

@@ -132,9 +132,10 @@ def cross_entropy_gradient(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The mean cross-entropy of :func:`cross_entropy` and its gradient, in closed form.
 
-    Same loss as :func:`cross_entropy`, without autograd: a training step of the small networks of
-    this book costs a third to a tenth of the autograd one. With logits Z and labels y, the gradient
-    in the logits is ∂ℓ/∂Z = (softmax(Z) − onehot(y)) / N.
+    Same loss as :func:`cross_entropy`, without autograd's graph: on the 64–32–32–10 digits
+    networks a training step costs roughly half of the autograd one (less for the linear network,
+    more for the ReLU one), and a sixth for 32 linear networks at once. With logits Z and labels
+    y, the gradient in the logits is ∂ℓ/∂Z = (softmax(Z) − onehot(y)) / N.
 
     * ``"linear"``: the loss is φ(W_{n:1}) with φ(P) = ℓ(X Pᵀ), so (the chain rule of eq. 10)
       ∇_{W_j} f = W_{n:j+1}ᵀ ∇φ(W_{n:1}) W_{j−1:1}ᵀ with ∇φ(P) = (∂ℓ/∂Z)ᵀ X: the data enter only

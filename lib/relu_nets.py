@@ -79,8 +79,8 @@ def relu_network_gradient(
         δ_L = ∂ℓ/∂f,   ∂ℓ/∂W_l = Σ_i δ_l,i h_{l−1},iᵀ,   δ_{l−1} = (W_lᵀ δ_l) ⊙ σ'(a_{l−1}),
 
     with σ'(a) = 1 for a > 0 and 0 otherwise (autograd's convention at a = 0). The arithmetic is
-    autograd's, written out: no graph is built, which makes a training step of the small networks
-    of this book about twice as fast. ``weights`` and ``inputs`` as in :func:`relu_network`.
+    autograd's, written out, without building a graph. ``weights`` and ``inputs`` as in
+    :func:`relu_network`.
     Returns ``(losses, [∂ℓ/∂W_1, …, ∂ℓ/∂W_L])`` with each gradient shaped like its weight.
     """
     _check_network(weights, inputs)
