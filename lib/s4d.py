@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lib import s4d_ops
 from lib._checks import as_int, as_positive_float, as_seeds, as_tensor, check_finite_result
 
 MODEL_DTYPE = torch.float32
@@ -146,19 +147,10 @@ def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
 def toeplitz(kernel: torch.Tensor) -> torch.Tensor:
     """Lower-triangular Toeplitz matrices T[..., l, k] = K[..., l − k] (0 for k > l) of K (..., L).
 
-    Then (T u)_l = Σ_{k ≤ l} K_{l−k} u_k is the causal convolution. Built from sliding windows of
-    the zero-padded, reversed kernel (a strided view, whose backward pass is cheap).
+    Then (T u)_l = Σ_{k ≤ l} K_{l−k} u_k is the causal convolution (see
+    :func:`lib.s4d_ops.toeplitz`, whose derivatives, sums of T's diagonals, are one compiled pass).
     """
-    length = kernel.shape[-1]
-    padded = torch.nn.functional.pad(kernel, (length - 1, 0))  # [0, …, 0, K_0, …, K_{L−1}]
-    windows = padded.flip(-1).unfold(-1, length, 1)  # windows[s, j] = padded[2L − 2 − s − j]
-    return windows[..., :length, :].flip(-2)
-
-
-def _layer_norm(u: torch.Tensor) -> torch.Tensor:
-    """LayerNorm over the channel axis 1 of (R, H, L, B), without affine parameters."""
-    centred = u - u.mean(1, keepdim=True)
-    return centred * torch.rsqrt((centred * centred).mean(1, keepdim=True) + 1e-5)
+    return s4d_ops.toeplitz(kernel)
 
 
 def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
@@ -166,6 +158,9 @@ def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
 
     Encoder u = w_enc x + b_enc (one input channel); per layer the S4D convolution with skip D,
     GELU, channel mixing W, residual and LayerNorm over channels; mean over positions; decoder.
+    The skip term is folded into the kernel (K_0 + D: the convolution with it is y = T u + D u),
+    and GELU, LayerNorm and the Toeplitz matrix come from :mod:`lib.s4d_ops`, whose first and
+    second derivatives are closed forms (the attack differentiates through a backward pass).
     """
     r = _runs(params)
     if x.ndim == 2:
@@ -174,8 +169,9 @@ def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
     h = params["enc_w"].shape[-1]
     # Activations in layout (R, H, L, B): the convolution is a batched (L, L) @ (L, B) product
     # with the Toeplitz matrix of each channel, the mixing an (H, H) @ (H, L·B) product.
-    u = params["enc_w"][:, :, None, None] * x.transpose(-1, -2)[:, None]
-    u = u + params["enc_b"][:, :, None, None]
+    xt = x.transpose(-1, -2)  # (R, L, B)
+    enc_w, enc_b = params["enc_w"][:, :, None, None], params["enc_b"][:, :, None, None]
+    u = enc_w * xt[:, None] + enc_b
     for i in range(_layers(params)):
         kernel = s4d_kernel(
             params[f"log_dt{i}"],
@@ -185,10 +181,18 @@ def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
             params[f"c_im{i}"],
             length,
         )
-        y = toeplitz(kernel) @ u + params[f"d{i}"][:, :, None, None] * u
-        y = torch.nn.functional.gelu(y)
-        mixed = (params[f"w{i}"] @ y.reshape(r, h, -1)).reshape(u.shape)
-        u = _layer_norm(u + mixed + params[f"b{i}"][:, :, None, None])
+        kernel = kernel + torch.nn.functional.pad(params[f"d{i}"][..., None], (0, length - 1))
+        t = s4d_ops.toeplitz(kernel)
+        if i == 0:
+            # The encoder's output w x + b has one input channel: T (w x + b) = w (T x) + b (T 1),
+            # one (H·L, L) @ (L, B) product per run, and (T 1)_l = Σ_{m ≤ l} K_m.
+            tx = (t.reshape(r, h * length, length) @ xt).reshape(r, h, length, -1)
+            conv = torch.addcmul(enc_b * kernel.cumsum(-1)[..., None], enc_w, tx)
+        else:
+            conv = t @ u
+        y = s4d_ops.gelu(conv)
+        mixed = torch.baddbmm(params[f"b{i}"][:, :, None], params[f"w{i}"], y.reshape(r, h, -1))
+        u = s4d_ops.channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
     pooled = u.mean(2)  # (R, H, B)
     return (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
 
