@@ -35,7 +35,7 @@ along the run axis of :mod:`lib.s4d`, so each copy yields its own parameter grad
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -67,13 +67,15 @@ class AttackConfig:
 class Brew:
     """The poisons of A attacks: ``poison_index`` (A, P) rows of the training set, ``delta``
     (A, P, L) their perturbations (float64), ``matching_loss`` (A,) ℳ at the end, ``targets`` (A,)
-    test indices, ``adversarial`` (A,) adversarial classes."""
+    test indices, ``adversarial`` (A,) adversarial classes; ``restart_losses`` (A, restarts) ℳ
+    at the end of every start, of which ``matching_loss`` is the row minimum (empty if unknown)."""
 
     poison_index: torch.Tensor
     delta: torch.Tensor
     matching_loss: torch.Tensor
     targets: torch.Tensor
     adversarial: torch.Tensor
+    restart_losses: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=DTYPE))
 
 
 def row_weights(length: int, row_length: int) -> torch.Tensor:
@@ -186,6 +188,21 @@ def matching_loss(surrogate: s4d.Params, x_test, brew_result: Brew, x_train, del
     return matching(delta.to(md)).detach().to(DTYPE)
 
 
+def _check_configs(config) -> list[AttackConfig]:
+    """One AttackConfig, or several that share the optimization loop (steps, restarts, lr)."""
+    configs = [config] if isinstance(config, AttackConfig) else as_list(config, "config")
+    for c in configs:
+        if not isinstance(c, AttackConfig):
+            raise ValueError(f"config must be an AttackConfig, got {type(c).__name__}")
+    loop = {(c.steps, c.restarts, c.lr) for c in configs}
+    if len(loop) > 1:
+        raise ValueError(
+            "attacks brewed together must share steps, restarts and lr, got "
+            f"{sorted(loop)} (steps, restarts, lr)"
+        )
+    return configs
+
+
 def brew(
     surrogate: s4d.Params,
     x_train,
@@ -197,10 +214,10 @@ def brew(
     budget: int,
     eps: float,
     data_range,
-    config: AttackConfig = AttackConfig(),
+    config: AttackConfig | list[AttackConfig] = AttackConfig(),
     *,
     seed: int = 0,
-) -> Brew:
+) -> Brew | list[Brew]:
     """Gradient-matching poisons for A attacks (target ``targets[a]``, class ``adversarial[a]``).
 
     ``surrogate`` is a one-run parameter dict of :mod:`lib.s4d` trained on clean data; ``x_train``
@@ -209,9 +226,13 @@ def brew(
     the ℓ∞ bound, ``data_range`` = (lo, hi) the pixel range. Attack a poisons the training images
     :func:`choose_poisons` (y_train, adversarial[a], budget, seed + a) draws. Returns a
     :class:`Brew`.
+
+    ``config`` may also be a list of configs that differ only in their regularizer (``reg_factor``,
+    ``row_length``): then every config attacks the same targets with the same poison images from
+    the same random starts, all in one batched loop (what separate calls with the same ``seed``
+    would compute), and the result is a list with one :class:`Brew` per config.
     """
-    if not isinstance(config, AttackConfig):
-        raise ValueError(f"config must be an AttackConfig, got {type(config).__name__}")
+    configs = _check_configs(config)
     x_train = as_tensor(x_train, "x_train", ndim=2)
     x_test = as_tensor(x_test, "x_test", ndim=2)
     y_train = _check_labels(x_train, y_train, "y_train", "x_train")
@@ -232,23 +253,27 @@ def brew(
     for t, c in zip(targets, adversarial, strict=True):
         if c == int(y_test[t]):
             raise ValueError(f"adversarial class {c} is the true class of target {t}")
-    weights = config.reg_factor * row_weights(x_train.shape[1], config.row_length)
+    length = x_train.shape[1]
+    weights = torch.stack([c.reg_factor * row_weights(length, c.row_length) for c in configs])
     index = torch.stack(
         [choose_poisons(y_train, c, budget, seed + a) for a, c in enumerate(adversarial)]
     )
-    n_att, restarts = len(targets), config.restarts
+    n_cfg, n_att, restarts = len(configs), len(targets), configs[0].restarts
     md = s4d.MODEL_DTYPE
-    t_idx = torch.tensor(targets).repeat_interleave(restarts)
-    adv = torch.tensor(adversarial).repeat_interleave(restarts)
-    base = x_train[index].repeat_interleave(restarts, dim=0).to(md)  # (runs, P, L)
-    matching = _Matching(surrogate, x_test[t_idx].to(md), adv, base)
+    # runs in the order (config, attack, restart)
+    t_idx = torch.tensor(targets).repeat_interleave(restarts).repeat(n_cfg)
+    adv = torch.tensor(adversarial).repeat_interleave(restarts).repeat(n_cfg)
+    base = x_train[index].repeat_interleave(restarts, dim=0).to(md)  # (A·restarts, P, L)
+    matching = _Matching(surrogate, x_test[t_idx].to(md), adv, base.repeat(n_cfg, 1, 1))
     gen = torch.Generator().manual_seed(seed)
-    delta = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
-    delta = _project(delta.to(md), base, eps, lo, hi).requires_grad_()
-    opt = torch.optim.Adam([delta], lr=config.lr * eps)
-    w = weights.to(md)
+    start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
+    start = _project(start.to(md), base, eps, lo, hi)
+    delta = start.repeat(n_cfg, 1, 1).requires_grad_()
+    base = base.repeat(n_cfg, 1, 1)
+    opt = torch.optim.Adam([delta], lr=configs[0].lr * eps)
+    w = weights.to(md).repeat_interleave(n_att * restarts, dim=0)[:, None, :]  # (runs, 1, L)
 
-    for _ in range(config.steps):
+    for _ in range(configs[0].steps):
         objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
         opt.zero_grad(set_to_none=True)
         (grad,) = torch.autograd.grad(objective, [delta])
@@ -256,17 +281,23 @@ def brew(
         opt.step()
         with torch.no_grad():
             delta.copy_(_project(delta, base, eps, lo, hi))
-    final = matching(delta.detach()).detach().reshape(n_att, restarts)
+    final = matching(delta.detach()).detach().reshape(n_cfg, n_att, restarts)
     check_finite_result(final, "the matching loss of the poisons")
-    best = final.argmin(-1)
-    chosen = delta.detach().reshape(n_att, restarts, budget, -1)[torch.arange(n_att), best]
-    return Brew(
-        poison_index=index,
-        delta=chosen.to(DTYPE),
-        matching_loss=final[torch.arange(n_att), best].to(DTYPE),
-        targets=torch.tensor(targets),
-        adversarial=torch.tensor(adversarial),
-    )
+    best = final.argmin(-1)  # (configs, attacks)
+    chosen = delta.detach().reshape(n_cfg, n_att, restarts, budget, -1)
+    rows = torch.arange(n_att)
+    brews = [
+        Brew(
+            poison_index=index,
+            delta=chosen[k, rows, best[k]].to(DTYPE),
+            matching_loss=final[k, rows, best[k]].to(DTYPE),
+            targets=torch.tensor(targets),
+            adversarial=torch.tensor(adversarial),
+            restart_losses=final[k].to(DTYPE),
+        )
+        for k in range(n_cfg)
+    ]
+    return brews[0] if isinstance(config, AttackConfig) else brews
 
 
 def random_perturbations(base, like, eps: float, data_range, *, seed: int = 0) -> torch.Tensor:
