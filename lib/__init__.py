@@ -7,9 +7,10 @@ Modules, by the part of the book that uses them:
 - Part I: :mod:`lib.linear_nets`, :mod:`lib.relu_nets`, :mod:`lib.fast_nets` (their compiled
   gradient descent), :mod:`lib.data` (scikit-learn's digits);
 - Part II: :mod:`lib.ssm` (diagonal state space models), :mod:`lib.extrapolation` (linear RNNs,
-  GRUs), :mod:`lib.poison` (Theorem 1), :mod:`lib.poison_dynamics` and :mod:`lib.fast_dynamics`
-  (the Figure-2 / Table experiments and their compiled loop), :mod:`lib.s4d` and
-  :mod:`lib.gradient_matching` (poisoning on real data);
+  GRUs) and :mod:`lib.fast_extrapolation` (its compiled flows and Adam loops), :mod:`lib.poison`
+  (Theorem 1), :mod:`lib.poison_dynamics` and :mod:`lib.fast_dynamics` (the Figure-2 / Table
+  experiments and their compiled loop), :mod:`lib.s4d`, :mod:`lib.s4d_ops` (its compiled layers)
+  and :mod:`lib.gradient_matching` (poisoning on real data);
 - Part III: :mod:`lib.tensor_nets` (linear tensor networks), :mod:`lib.saddles`
   (saddle-to-saddle dynamics) and :mod:`lib.fast_relu` (its compiled loops);
 - around them: :mod:`lib.viz` (plots and interactive explorations), :mod:`lib.results`
