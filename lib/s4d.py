@@ -240,6 +240,16 @@ def _check_data(x, labels, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, labels
 
 
+def _adamw(params: list[torch.Tensor], train_config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW, in PyTorch's fused implementation where it has one for the CPU (torch ≥ 2.4): one
+    call per step instead of about ten per parameter tensor, the same update up to rounding."""
+    settings = {"lr": train_config.lr, "weight_decay": train_config.weight_decay}
+    try:
+        return torch.optim.AdamW(params, fused=True, **settings)
+    except (RuntimeError, ValueError):  # no fused CPU kernel in this torch
+        return torch.optim.AdamW(params, **settings)
+
+
 def train(
     config: S4DConfig,
     x,
@@ -273,9 +283,7 @@ def train(
     else:
         start = init if _runs(init) == r else replicate(init, r)
     params = {k: v.detach().clone().to(MODEL_DTYPE).requires_grad_() for k, v in start.items()}
-    opt = torch.optim.AdamW(
-        list(params.values()), lr=train_config.lr, weight_decay=train_config.weight_decay
-    )
+    opt = _adamw(list(params.values()), train_config)
     batches = max(1, n // train_config.batch)
     total = train_config.epochs * batches
     sched = torch.optim.lr_scheduler.LambdaLR(
