@@ -4,8 +4,9 @@ The victim of :mod:`lib.s4d` is trained by backpropagation, and the gradient-mat
 :mod:`lib.gradient_matching` differentiates *through* a backpropagation (a double backward). For
 the GELU, the layer norm and the Toeplitz matrix of a kernel, PyTorch's autograd assembles these
 derivatives from a dozen or more elementwise passes over the activations (the double backward of
-GELU alone cost about ten forward passes in our measurements); here each derivative is one or two
-passes: closed forms below, loops compiled by numba, or a single PyTorch kernel.
+GELU alone cost about ten times its forward pass in our measurements); here each derivative is a
+closed form below, evaluated in one or two loops compiled by numba (layer norm, Toeplitz) or in
+PyTorch's own GELU kernels and a few in-place passes (GELU).
 
 **GELU** (Hendrycks & Gimpel), with Φ, φ the standard normal distribution and density:
 
@@ -282,5 +283,5 @@ class _GeluVjp(torch.autograd.Function):
 
 
 def gelu(y: torch.Tensor) -> torch.Tensor:
-    """GELU, y Φ(y) (exact, with erf), whose second derivative is one pass (module docstring)."""
+    """GELU, y Φ(y) (exact, with erf), its second derivative in closed form (module docstring)."""
     return _Gelu.apply(_check(y, "y"))
