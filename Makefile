@@ -62,7 +62,7 @@ test: $(STAMP)
 	$(call run-chapters,300)
 
 # Every chapter at the papers' own sizes (BOOK_SCALE=full), with each chapter's time (not in CI:
-# many minutes on 2 cores; make bench prints both scales side by side).
+# about five minutes on 2 cores; make bench prints both scales side by side).
 full: export BOOK_SCALE = full
 full: $(STAMP)
 	$(call run-chapters,1800)

@@ -1,8 +1,8 @@
 """Run-time settings read from the environment, in one place.
 
 ``BOOK_SCALE``
-    ``fast`` (default): every chapter executes in about a minute on a 2-core CPU.
-    ``full``: the papers' own sizes, for a bigger machine.
+    ``fast`` (default): every chapter executes within a minute on a 2-core CPU.
+    ``full``: the papers' sizes in every chapter (the whole book in about five minutes on 2 cores).
 ``BOOK_MODE``
     How :func:`lib.viz.explore` shows an exploration: unset in a live kernel (sliders), ``build``
     while the book is built (an animation that moves without a kernel), ``test`` under the test
