@@ -26,6 +26,11 @@ and a cotangent u_i = ∂ℓ/∂φ_i pulls back to ∂ℓ/∂a_j = b_j c_j Σ_i 
 Every function is compiled with ``error_model="numpy"``: a division by zero gives inf or NaN, as
 in torch (and the stopping rule then flags the run as diverged), instead of a per-division check
 that would also keep the compiler from vectorizing the optimizer's loop.
+
+The other compiled modules (:mod:`lib.fast_extrapolation`, :mod:`lib.fast_nets`,
+:mod:`lib.fast_relu`) keep their own copies of the small helpers here (finiteness, Adam, recording)
+rather than call these: numba's on-disk cache does not notice when a compiled function of another
+file changes, so a cross-file call could run a stale copy.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ and the protocol is that of :func:`lib.flow.gradient_descent` with ``optimizer="
 θ_k − η ∇ℓ(θ_k), recorded at iteration 0, every ``record_every`` iterations and at the last one, and
 stopped at the first non-finite loss or gradient. Only the order of floating-point sums differs,
 so trajectories agree with the torch engine up to rounding (tested).
+
+Its small helpers (the finiteness test, the recording buffers) repeat those of the other
+compiled modules on purpose: numba's on-disk cache does not notice when a compiled function of
+another file changes, so a cross-file call could run a stale copy.
 """
 
 from __future__ import annotations

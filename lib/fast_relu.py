@@ -28,6 +28,10 @@ order of floating-point sums differs from numpy's, so trajectories agree with th
 :mod:`lib.saddles` and with :func:`lib.flow.gradient_descent` up to rounding (tested to 1e-10
 over 300 steps). Where an iteration amplifies rounding (optima on ReLU kinks, unstable steps),
 long runs of the two paths drift apart like any two orders of summation would.
+
+Its small helpers (the finiteness test, the recording buffers) repeat those of the other
+compiled modules on purpose: numba's on-disk cache does not notice when a compiled function of
+another file changes, so a cross-file call could run a stale copy.
 """
 
 from __future__ import annotations
