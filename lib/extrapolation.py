@@ -349,7 +349,8 @@ def extrapolation_sweep(
     horizon: int = 100,
     time: float = 1e8,
     engine: str = "compiled",
-) -> np.ndarray:
+    full_output: bool = False,
+) -> np.ndarray | dict[str, np.ndarray]:
     """Tail errors max_{k≤j<horizon} |h_j − w_j| of balanced students trained to zero loss.
 
     For each k and seed: a balanced diagonal student of dimension d from :func:`balanced_init`,
@@ -357,14 +358,23 @@ def extrapolation_sweep(
     (:func:`moment_teacher`) up to ``time`` (log time), then the tail error of its impulse
     response. Returns an array of shape ``(len(ks), len(seeds))``. ``engine`` as in
     :func:`balanced_flow`.
+
+    With ``full_output=True`` it returns a dict of three such arrays instead: ``"errors"`` (the
+    tail errors), ``"losses"`` (the final population losses Σ_{j<k}(h_j − w_j)², Lemma E.1,
+    where the solver stopped) and ``"max_abs_atom"`` (max_i |a_i| of the final student: above 1
+    the tail grows without bound beyond the horizon).
     """
     ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     seeds = as_seeds(seeds)
     horizon = as_int(horizon, "horizon", minimum=2)
+    if not isinstance(full_output, bool):
+        raise ValueError(f"full_output must be True or False, got {full_output!r}")
     if not ks or not seeds or max(ks) >= horizon:
         raise ValueError(f"need non-empty ks and seeds with every k < horizon = {horizon}")
     w = moment_sequence(eigenvalues, weights, horizon)
     errors = np.zeros((len(ks), len(seeds)))
+    losses = np.zeros_like(errors)
+    max_abs_atom = np.zeros_like(errors)
     for row, k in enumerate(ks):
         for column, seed in enumerate(seeds):
             start = balanced_init(d, seed, init_scale=init_scale)
@@ -372,6 +382,10 @@ def extrapolation_sweep(
             final = flow.final
             h = impulse_response(final["a"], final["b"], final["b"], horizon)
             errors[row, column] = tail_error(h, w, k).item()
+            losses[row, column] = population_loss(h, w, k).item()
+            max_abs_atom[row, column] = final["a"].abs().max().item()
+    if full_output:
+        return {"errors": errors, "losses": losses, "max_abs_atom": max_abs_atom}
     return errors
 
 

@@ -382,6 +382,26 @@ def test_extrapolation_sweep_one_atom_teacher():
     assert errors[1, 1] == pytest.approx(tail, rel=1e-9, abs=1e-15)
 
 
+def test_extrapolation_sweep_full_output_matches_the_flows():
+    ks, seeds = (1, 3), (0, 1)
+    kwargs = dict(d=6, seeds=seeds, horizon=30, time=1e6)
+    out = extrapolation_sweep([0.5], [1.0], ks, full_output=True, **kwargs)
+    assert set(out) == {"errors", "losses", "max_abs_atom"}
+    assert all(v.shape == (len(ks), len(seeds)) for v in out.values())
+    # the same tail errors as the plain call
+    np.testing.assert_array_equal(out["errors"], extrapolation_sweep([0.5], [1.0], ks, **kwargs))
+    # one cell recomputed: the final loss Σ_{j<k}(h_j − w_j)² (Lemma E.1) and max_i |a_i|
+    w = moment_sequence([0.5], [1.0], 30)
+    final = balanced_flow(w, 3, balanced_init(6, 1, init_scale=1e-3), time=1e6).final
+    a, mass = final["a"].numpy(), final["b"].numpy() ** 2
+    loss = sum(((mass * a**j).sum() - 0.5**j) ** 2 for j in range(3))
+    assert out["losses"][1, 1] == pytest.approx(loss, rel=1e-9, abs=1e-30)
+    assert out["max_abs_atom"][1, 1] == np.abs(a).max()
+    # k = 3 > 2·1: near zero loss and the teacher's atom 0.5 (Lemma 7)
+    assert out["losses"][1].max() < 1e-10
+    assert out["max_abs_atom"][1] == pytest.approx(0.5, abs=1e-4)
+
+
 # --- many runs at once ------------------------------------------------------------------------
 
 
@@ -601,6 +621,7 @@ BAD = [
     ("sweep negative weight", lambda: extrapolation_sweep([0.5], [-1.0], [2], d=2)),
     ("sweep d 0", lambda: extrapolation_sweep([0.5], [1.0], [2], d=0)),
     ("sweep seed negative", lambda: extrapolation_sweep([0.5], [1.0], [2], d=2, seeds=[-1])),
+    ("sweep full_output 1", lambda: extrapolation_sweep([0.5], [1.0], [2], d=2, full_output=1)),
     ("descent field k 0", lambda: balanced_descent_field(_W, [2, 0])),
     ("descent field w short", lambda: balanced_descent_field(_W, [2, 9])),
     ("descent field w 2-D", lambda: balanced_descent_field(ones(1, 8), [2])),
