@@ -63,6 +63,7 @@ __all__ = [
     "find_plateaus",
     "layer_statistics",
     "linear_escape_speed",
+    "lipschitz_speed_bound",
     "localized_descent",
     "localized_gradient",
     "localized_loss",
@@ -290,6 +291,54 @@ def speed_upper_bound(X, G) -> float:
     return float(torch.linalg.norm(X) * torch.linalg.norm(G))
 
 
+def lipschitz_speed_bound(X, G) -> float:
+    """An upper bound on s*(L) for a scalar output, valid at every depth L ≥ 2, by transport.
+
+    On the sphere ‖θ‖² = L, ∏_ℓ ‖W_ℓ‖_op ≤ ∏_ℓ ‖W_ℓ‖_F ≤ 1 (AM–GM), so f_θ is 1-Lipschitz and
+    f_θ(0) = 0. Split G = G⁺ − G⁻ and write it as a plan π_ij ≥ 0 that moves mass from points with
+    G_i > 0 to points with G_j < 0, the rest (a_i, b_j) to the origin. Then
+
+        |L₀(θ)| = |Σ_ij π_ij (f(x_i) − f(x_j)) + Σ_i a_i f(x_i) − Σ_j b_j f(x_j)|
+                ≤ Σ_ij π_ij ‖x_i − x_j‖ + Σ_i a_i ‖x_i‖ + Σ_j b_j ‖x_j‖,
+
+    and the cheapest plan (a linear program, :func:`scipy.optimize.linprog`) is returned. It is at
+    most Σ_i |G_i| ‖x_i‖ ≤ ‖X‖_F‖G‖_F (everything to the origin). For Example 1 it pairs each point
+    with a neighbour: 4 · 2 sin(π/8) ≈ 3.06, against ‖X‖_F‖G‖_F = 8. Raises ``ValueError`` for
+    d_out > 1 (the vector-valued transport bound is not implemented).
+    """
+    from scipy.optimize import linprog
+
+    X, G = _as_data(X, G)
+    if G.shape[1] != 1:
+        raise ValueError(
+            f"lipschitz_speed_bound needs a scalar output (d_out = 1), got d_out = {G.shape[1]}"
+        )
+    x, g = X.numpy(), G.numpy()[:, 0]
+    pos, neg = np.flatnonzero(g > 0), np.flatnonzero(g < 0)
+    if len(pos) == 0 and len(neg) == 0:
+        return 0.0
+    norms = np.linalg.norm(x, axis=1)
+    cost_pairs = np.linalg.norm(x[pos][:, None, :] - x[neg][None, :, :], axis=-1).ravel()
+    cost = np.concatenate([cost_pairs, norms[pos], norms[neg]])
+    n_p, n_n = len(pos), len(neg)
+    rows = []
+    for a in range(n_p):  # Σ_j π_aj + a_a = G_a⁺
+        row = np.zeros(len(cost))
+        row[a * n_n : (a + 1) * n_n] = 1.0
+        row[n_p * n_n + a] = 1.0
+        rows.append(row)
+    for b in range(n_n):  # Σ_i π_ib + b_b = G_b⁻
+        row = np.zeros(len(cost))
+        row[b : n_p * n_n : n_n] = 1.0
+        row[n_p * n_n + n_p + b] = 1.0
+        rows.append(row)
+    rhs = np.concatenate([g[pos], -g[neg]])
+    result = linprog(cost, A_eq=np.array(rows), b_eq=rhs, bounds=(0, None), method="highs")
+    if not result.success:  # pragma: no cover - the plan "all to the origin" is always feasible
+        raise RuntimeError(f"the transport linear program failed: {result.message}")
+    return float(result.fun)
+
+
 # --------------------------------------------------------------------------------------------
 # Searching for escape directions: projected gradient descent on the sphere
 # --------------------------------------------------------------------------------------------
@@ -390,8 +439,8 @@ def localized_descent(
 ) -> Trajectory:
     """Gradient descent θ_{k+1} = θ_k − η ∇L₀(θ_k) on the localized loss, from one network.
 
-    Euler's method with step η = ``lr`` on the gradient flow of Propositions 2.1–2.2, compiled
-    (:func:`lib.fast_relu.schedule_descent` with power 0). Returns the
+    Euler's method with step η = ``lr`` on the gradient flow of §2.1 (Prop. A.1) and Prop. 2.2,
+    compiled (:func:`lib.fast_relu.schedule_descent` with power 0). Returns the
     :class:`~lib.flow.Trajectory` that :func:`lib.flow.gradient_descent` returns with
     :func:`localized_gradient` as its gradient (parameters ``"W1"`` … ``"WL"``), up to the order
     of floating-point sums (tested).
@@ -787,7 +836,7 @@ def saddle_to_saddle_run(
 
     Widths (d_in, width, …, width, K) with L = ``depth`` weight matrices ``"W1"`` … ``"WL"``,
     entries i.i.d. N(0, init_scale²) from ``numpy.random.RandomState(seed)``. The step size
-    follows the paper's schedule (§4.1, App. B: 10/‖θ‖⁴ for L = 6)
+    follows the paper's schedule (App. B: 10/‖θ‖⁴ for L = 6)
 
         η_k = η₀ / ‖θ_k‖^{L−2},
 

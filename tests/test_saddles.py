@@ -59,6 +59,28 @@ def test_linear_speed_and_upper_bound(circle):
     assert saddles.linear_escape_speed(X2, G2) == pytest.approx(float((G2 @ X2).norm()), rel=1e-13)
 
 
+def test_lipschitz_bound_of_example1_and_random_networks(circle):
+    X, G = circle
+    bound = saddles.lipschitz_speed_bound(X, G)
+    # the cheapest plan pairs each point with a neighbour at distance 2 sin(pi/8)
+    assert bound == pytest.approx(8 * math.sin(math.pi / 8), rel=1e-9)
+    assert bound <= saddles.speed_upper_bound(X, G)
+    # no network on its sphere beats it, whatever the depth (random draws, both signs of L0)
+    rng = np.random.RandomState(1)
+    for depth in (2, 3, 5):
+        for _ in range(50):
+            widths = [2] + [int(rng.randint(1, 6)) for _ in range(depth - 1)] + [1]
+            shapes = zip(widths[1:], widths[:-1], strict=True)
+            ws = [torch.from_numpy(rng.standard_normal(shape)) for shape in shapes]
+            value = float(saddles.speed_of(ws, X, G))
+            assert abs(value) <= bound + 1e-12
+    assert float(saddles.speed_of(saddles.example1_rank2_weights(), X, G)) <= bound
+    # unbalanced signs: the surplus goes to the origin at cost |G_i| ||x_i||
+    X2 = torch.tensor([[1.0, 0.0], [3.0, 0.0]], dtype=DT)
+    G2 = torch.tensor([2.0, -1.0], dtype=DT)
+    assert saddles.lipschitz_speed_bound(X2, G2) == pytest.approx(2.0 + 1.0, rel=1e-9)
+
+
 def test_eq2_direction_has_speed_one_half(circle):
     X, G = circle
     rho = saddles.example1_rank2_weights()
@@ -239,6 +261,7 @@ def test_cross_entropy_gradient_and_digits_run():
         lambda X, G: saddles.theorem31_constant(X, G, 9.0),
         lambda X, G: saddles.proposition34_bound(X, G, 0.5, 3, 1.5),
         lambda X, G: saddles.deepen(saddles.example1_rank2_weights(), X, G, 0),
+        lambda X, G: saddles.lipschitz_speed_bound(X, torch.ones((8, 2), dtype=DT)),
         lambda X, G: saddles.cross_entropy_gradient(torch.tensor([0, 11]), 10),
         lambda X, G: saddles.speed_of([torch.zeros((2, 2), dtype=DT)] * 2, X, G),
         lambda X, G: saddles.layer_statistics([torch.ones((4, 3), dtype=DT)], X),
