@@ -296,7 +296,12 @@ def _theorem1_log_time_jacobian(
 
 
 def _theorem1_flow_compiled(
-    a0: torch.Tensor, kappa: int, poisoned: bool, times: np.ndarray
+    a0: torch.Tensor,
+    kappa: int,
+    poisoned: bool,
+    times: np.ndarray,
+    rtol: float = THEOREM1_RTOL,
+    atol: float = THEOREM1_ATOL,
 ) -> Trajectory:
     """LSODA (``odeint``, the solver and tolerances of the engine's path) on the compiled
     velocity and Jacobian, in log time; the checks of :func:`lib.flow.gradient_flow` on the
@@ -321,8 +326,8 @@ def _theorem1_flow_compiled(
         args=(d, kappa, poisoned),
         Dfun=_theorem1_log_time_jacobian,
         tfirst=True,
-        rtol=THEOREM1_RTOL,
-        atol=THEOREM1_ATOL,
+        rtol=rtol,
+        atol=atol,
         mxstep=10**8,
         full_output=True,
     )
@@ -347,6 +352,8 @@ def theorem1_flow(
     horizon: float,
     points: int = 400,
     engine: str = "compiled",
+    rtol: float = THEOREM1_RTOL,
+    atol: float = THEOREM1_ATOL,
 ) -> Trajectory:
     """Exact gradient flow of the Theorem-1 student from ``a0`` up to time ``horizon``.
 
@@ -362,6 +369,9 @@ def theorem1_flow(
     there costs some 25 µs of tensor handling around 1 µs of arithmetic). Same solver, same
     tolerances: the two agree to the solver's accuracy (only rounding in the arithmetic differs,
     and the adaptive solver may then choose other steps), as the tests check.
+
+    ``rtol`` and ``atol`` override the solver's tolerances (both engines), for instance to see
+    which part of an error shrinks with them (the solver's) and which does not.
     """
     a0 = as_tensor(a0, "a0", min_ndim=1, nonempty=True)
     if a0.ndim > 2:
@@ -369,16 +379,20 @@ def theorem1_flow(
     kappa = _check_kappa(kappa)
     poisoned = as_bool(poisoned, "poisoned")
     engine = as_choice(engine, "engine", THEOREM1_ENGINES)
+    rtol = as_positive_float(rtol, "rtol")
+    atol = as_positive_float(atol, "atol")
+    if rtol < 1e-14 or rtol >= 1:
+        raise ValueError(f"rtol must lie in [1e-14, 1) (LSODA in float64), got {rtol:g}")
     times = log_grid(horizon, points)
     if engine == "compiled":
-        return _theorem1_flow_compiled(a0, kappa, poisoned, times)
+        return _theorem1_flow_compiled(a0, kappa, poisoned, times, rtol, atol)
     return gradient_flow(
         None,
         {"a": a0},
         times,
         log_time=True,
-        rtol=THEOREM1_RTOL,
-        atol=THEOREM1_ATOL,
+        rtol=rtol,
+        atol=atol,
         gradient=_theorem1_gradient(kappa, poisoned),
         hessian=_theorem1_hessian(kappa, poisoned),
     )
@@ -456,8 +470,12 @@ def saddle_hessian_eigenvalues(d: int, kappa: int) -> tuple[float, float]:
 def theorem1_lower_bound(d: int, kappa: int) -> float:
     """Theorem 1's lower bound on the poisoned Gen_k, k ≥ κ+2: min{0.1, (1 − 0.6^{1/(κ−1)})/(9d)}.
 
-    In absolute units (divide by d for the normalization of the paper's tables). The constant is
-    loose, and partly garbled in the paper's appendix; the measured errors are far larger.
+    In absolute units (divide by d for the normalization of the paper's tables). This is the
+    constant of the theorem's statement in the main text. The appendix does not carry the same
+    one: Corollary 8 and App. E.4, which conclude the proof, write the bound with a leading factor
+    that the OCR'd text renders as "i" / "L", most likely 1/2, and the proof of Lemma 3 produces
+    min{0.1, 0.9 (1 − 0.6^{1/(κ−1)})/d}. The proved bound may therefore be half of the value
+    returned here. The measured poisoned errors exceed both by orders of magnitude.
     """
     d = as_int(d, "d", minimum=2)
     kappa = _check_kappa(kappa)

@@ -142,6 +142,25 @@ def test_clean_flow_conserves_q():
     torch.testing.assert_close(q[0], expected, rtol=1e-14, atol=0)
 
 
+def test_flow_tolerances_set_the_drift_of_the_conserved_quantity():
+    # The drift of Q_2 along the clean flow is the solver's error: it shrinks with rtol (about in
+    # proportion; a factor 10 is asked for a 100-fold tighter tolerance), on both engines.
+    kappa = 7
+    a0 = torch.tensor([0.05, 0.0499, 0.03, 0.02, 0.01], dtype=DT)
+    horizon = 100 * escape_time(0.05, kappa)
+    drift = {}
+    for rtol in (1e-8, 1e-10):
+        traj = theorem1_flow(a0, kappa, poisoned=False, horizon=horizon, points=50, rtol=rtol,
+                             atol=1e-15)
+        q = conserved_quantity(torch.from_numpy(traj["a"]), kappa)
+        drift[rtol] = float((q[:, 1] - q[0, 1]).abs().max())
+    assert drift[1e-10] < drift[1e-8] / 10, drift
+    loose = theorem1_flow(a0, kappa, poisoned=False, horizon=horizon, points=5, rtol=1e-8,
+                          engine="torch")
+    tight = theorem1_flow(a0, kappa, poisoned=False, horizon=horizon, points=5)
+    np.testing.assert_allclose(loose["a"], tight["a"], rtol=1e-5)
+
+
 def test_escape_time_formula():
     assert escape_time(0.1, 7) == pytest.approx(0.1**-4 / (2 * 6 * 4), rel=1e-14)
     assert escape_time(1e-3, 9) == pytest.approx(1e-3**-6 / (2 * 8 * 6), rel=1e-14)
@@ -637,6 +656,9 @@ BAD_CALLS = [
     ("conserved negative", lambda: conserved_quantity(torch.tensor([0.1, -0.2], dtype=DT), 7)),
     ("conserved kappa < 4", lambda: conserved_quantity(ones(2), 3)),
     ("escape a1 <= 0", lambda: escape_time(0.0, 7)),
+    ("flow rtol 0", lambda: theorem1_flow(ones(3), 7, poisoned=False, horizon=1.0, rtol=0.0)),
+    ("flow rtol 1", lambda: theorem1_flow(ones(3), 7, poisoned=False, horizon=1.0, rtol=1.0)),
+    ("flow atol < 0", lambda: theorem1_flow(ones(3), 7, poisoned=False, horizon=1.0, atol=-1.0)),
     ("escape kappa < 4", lambda: escape_time(0.1, 3)),
     ("saddle d < 2", lambda: saddle_point(1, 7)),
     ("saddle kappa < 3", lambda: saddle_point(5, 2)),
