@@ -2,10 +2,12 @@
 
 - Table 3, row 2 (standalone SSM, κ = 10, d = 20), 32 seeds: cheap enough for 32 seeds, too slow
   (learning rate 0.001) for the chapter's one-minute budget;
-- Table 1, row 3 (SSM + ReLU MLP, κ = 6), 32 seeds, up to 50 000 Adam steps, in three variants:
-  the authors' Adam (TensorFlow's ε-hat form, ε = 1e-7), PyTorch's Adam (ε = 1e-8), and the
-  authors' Adam with the correlation of their TensorFlow initialization (clean runs only for the
-  two variants);
+- Table 1, row 3 (SSM + ReLU MLP, κ = 6), 32 seeds, up to 50 000 Adam steps, in five variants:
+  the authors' Adam (TensorFlow's ε-hat form, ε = 1e-7), PyTorch's Adam (ε = 1e-8), the
+  authors' Adam with the correlation of their TensorFlow initialization, and two controls that
+  separate Adam's plateau step η/ε from the size of ε: PyTorch's form with ε = 1e-7 (the
+  authors' ε and plateau step), and PyTorch's form with ε = 1e-8 and η = 1e-3 (the authors'
+  plateau step η/ε = 1e5, PyTorch's ε); clean runs only for the four variants;
 - Table 3, row 3 (SSM + MLP, κ = 10, d = 20, width 25), 8 seeds, up to 100 000 steps: a few
   minutes on one core for eight seeds, so eight.
 
@@ -65,6 +67,18 @@ def _row3_variant(key: str) -> dict:
             None,
         ),
         "table1_row3_correlated_init": (poison_dynamics.TABLE1_ROW3, (None,), correlated_init),
+        "table1_row3_pytorch_adam_eps1e-7": (
+            dataclasses.replace(poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-7),
+            (None,),
+            None,
+        ),
+        "table1_row3_pytorch_adam_lr1e-3": (
+            dataclasses.replace(
+                poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-8, lr_clean=1e-3
+            ),
+            (None,),
+            None,
+        ),
     }[key]
     original = poison_dynamics.dynamics_init
     if init is not None:
@@ -104,6 +118,8 @@ STAGES = (
     "table3_row3",
     "table1_row3_pytorch_adam",
     "table1_row3_correlated_init",
+    "table1_row3_pytorch_adam_eps1e-7",
+    "table1_row3_pytorch_adam_lr1e-3",
     "table3_row2",
 )
 
