@@ -71,11 +71,12 @@ class DynamicsSetting:
     Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
     ≤ ``stop_loss``, then ``extra_steps`` more. Adam runs in the authors' TensorFlow form by default
     (``adam_form="keras"``, ``adam_eps=1e-7``: ε added to the uncorrected √v_k, see
-    :func:`lib.flow.gradient_descent`). This matters: on the initial plateau the gradients are far
-    below ε, so Adam moves like gradient descent with rate lr/ε and keeps the slow, greedy
-    escape; with PyTorch's ε = 1e-8 the clean runs leave the plateau two to ten times sooner
-    (measured: 1.7–9.5× on seeds 0–7 of Table 1, row 3) and learn more entries of A (see the
-    poisoning-in-practice chapter).
+    :func:`lib.flow.gradient_descent`). This matters: on the initial plateau the gradients
+    (≈ 1e-11) are far below ε in either form, so Adam moves like momentum gradient descent with
+    step lr/ε. PyTorch's ε = 1e-8 makes that step ten times larger, and its clean runs leave the
+    plateau up to ten times sooner (1.7–9.9× on the committed seeds of Table 1, row 3); they also
+    learn larger further entries of A and extrapolate worse, a change that follows ε itself rather
+    than the plateau step (see the poisoning-in-practice chapter).
     """
 
     name: str
