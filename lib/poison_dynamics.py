@@ -475,9 +475,9 @@ class DynamicsRuns:
         return (p["d_out"][r] @ hidden).item()
 
     def gamma0(self, r: int) -> np.ndarray:
-        """γ^{(0)}(t) of Proposition 1 at every recorded iterate of run r (eq. 8).
+        """γ^{(0)}(t) of Proposition 1 at every recorded iterate of run r (the paper's eq. (8)).
 
-        For an SSM followed by the MLP the gains g_i of the network enter (eq. 10).
+        For an SSM followed by the MLP the gains g_i of the network enter (the paper's eq. (10)).
         """
         history, x_r, y_r = self.run(r)
         params = [torch.from_numpy(history[k]) for k in "abc"]
