@@ -354,6 +354,24 @@ def test_deep_fc_with_orthogonal_first_layer_is_min_l2():
     np.testing.assert_allclose(reached, tn.min_l2_solution(X, y), atol=1e-8)
 
 
+@pytest.mark.parametrize(("depth", "alpha"), [(2, 0.3), (3, 1.5), (4, 0.5)])
+def test_orthogonal_starts_reach_min_l2_at_every_depth_and_scale(depth, alpha):
+    # The chapter's symmetry argument: orthogonal W̄_l (l < L) and w̄_L = 0 give the minimum-l2
+    # interpolant for every alpha and depth. Tolerance 1e-8: solver accuracy (rtol 1e-10).
+    X, y, _ = random_instance(2)
+    rng = np.random.default_rng(depth)
+    params = {
+        f"W{j}": torch.tensor(alpha * np.linalg.qr(rng.standard_normal((5, 5)))[0])
+        for j in range(1, depth)
+    }
+    params[f"w{depth}"] = torch.zeros(5, dtype=DT)
+    flow = gradient_flow(None, params, log_grid(1e5, 2), log_time=True, rtol=1e-11, atol=1e-13,
+                         gradient=tn.fc_gradient(X, y))
+    assert flow.losses[-1] < 1e-18
+    reached = tn.fc_coefficients(flow.final).numpy()
+    np.testing.assert_allclose(reached, tn.min_l2_solution(X, y), atol=1e-8)
+
+
 # --- Bad input ----------------------------------------------------------------------------
 
 
