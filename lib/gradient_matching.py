@@ -1,7 +1,10 @@
-"""Clean-label poisons by gradient matching ("Witches' Brew"), with a per-position regularizer.
+"""Clean-label poisons by gradient matching ("Witches' Brew"), with a per-row regularizer.
 
 The attack of Geiping et al. 2021, as adapted by Slutzky et al. 2025 (App. H.2.4) to push the
-perturbation to the *end* of the input sequence.
+perturbation into the *last image row*. For one-channel images read row by row, as here, that row
+is the end of the input sequence. (The authors' S4 victim reshapes a 3 × 32 × 32 CIFAR-10 image in
+memory order into 1024 steps of 3 values, channel after channel, so there the last row of the red
+and green channels lies inside the sequence and only the blue one at its end.)
 
 **Threat model.** A target test image x_t of class y_t and an adversarial class y_adv ≠ y_t. The
 attacker picks P training images of class y_adv (the *budget*), adds perturbations δ_i with
@@ -18,12 +21,14 @@ data, make the poisons' training gradient point where the adversarial target gra
 minimized by *signed Adam* (Adam fed the sign of the gradient) with projection onto the ε-box and
 the data range, from several random starts ("restarts"), keeping the start with the lowest ℳ.
 
-**Per-position regularizer** (Slutzky et al. 2025, App. H.2.4, footnote 14). A weight decay on the
-perturbation that grows with the distance from the end of the sequence: with the image read row by
-row in rows of ``row_length`` positions, position p in row r(p) = p // row_length of R rows gets the
-weight w_p = λ (R − 1 − r(p)), and the objective becomes ℳ(δ) + Σ_i Σ_p w_p δ_{i,p}². The last row
-is free; the others are pushed to zero. (In the paper λ = 10⁻⁷ on CIFAR-10's 32 rows; the right λ
-depends on the scale of ℳ's gradient, and the chapter states the one it uses.)
+**Per-row regularizer** (Slutzky et al. 2025, App. H.2.4, footnote 14). A weight decay on the
+perturbation that grows with the distance of its image row from the last one: with the image read
+row by row in rows of ``row_length`` positions, position p in row r(p) = p // row_length of R rows
+gets the weight w_p = λ (R − 1 − r(p)), and the objective becomes ℳ(δ) + Σ_i Σ_p w_p δ_{i,p}². The
+last row is free; the others are pushed to zero. (The paper's footnote 14 gives the weights 32 − i
+for rows i = 1, …, 32, that is λ = 1, as in the authors' code of the Table-2 version; their later
+code multiplies by a factor whose default is 10⁻⁷. The right λ depends on the scale of ℳ's
+gradient, and the chapter states the one it uses.)
 
 **Where the perturbation lives.** The paper's "last elements rel. size" is ‖δ_last‖₂ / ‖δ‖₂, the
 norm of the perturbation on the last elements over its whole norm, averaged over poisons

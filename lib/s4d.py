@@ -7,17 +7,21 @@ sequence and a linear decoder. This module is a CPU-sized version of it for 8×8
 sequences of 64 pixels.
 
 **One S4D layer.** Each of the H channels carries its own diagonal SSM with N/2 complex-conjugate
-pairs of state entries (state size N per channel). With A_n = −exp(ā_n) + i·ω_n (S4D-Lin
-initialization: ā_n = log ½, ω_n = π n), a learned step size Δ = exp(log Δ) and a complex
-output vector C (B is folded into C, as in S4D), zero-order-hold discretization gives the
-convolution kernel in closed form (Gu et al. 2022: zero-order hold, a Vandermonde product)
+pairs of state entries (state size N per channel). With A_j = −exp(log_a_re_j) + i·Im A_j (S4D-Lin
+initialization: Re A_j = −½, Im A_j = π j, j = 0, …, N/2 − 1), a learned step size
+Δ = exp(log Δ) and a complex output vector C (B is fixed to ones and folded into C, as in S4D),
+zero-order-hold discretization gives the convolution kernel in closed form (Gu et al. 2022:
+zero-order hold, a Vandermonde product)
 
-    K_l = 2 · Re Σ_n C_n · (exp(Δ A_n) − 1) / A_n · exp(Δ A_n)^l,   l = 0, …, L − 1,
+    K_m = 2 · Re Σ_j C_j · b̄_j · ā_j^m,   ā_j = exp(Δ A_j),   b̄_j = (exp(Δ A_j) − 1) / A_j,
 
-and the layer's SSM output is the causal convolution y_l = Σ_{k≤l} K_{l−k} u_k + D u_l with a skip
-term D. The convolution is one batched matrix product with the Toeplitz matrix of K (for L = 64
-this was faster on this CPU than an FFT), never a loop over time. The block is post-norm, as in
-the minimal S4 of the paper's victim: u ← LayerNorm(u + W·GELU(y) + b).
+for m = 0, …, L − 1, and the layer's SSM output is the causal convolution
+v_l = Σ_{p≤l} K_{l−p} u_p + D u_l with a skip term D. Unlike the SSMs of the theory, whose input
+entries are parameters of their own, the discretized input entries b̄_j depend on A_j and Δ: even
+K_0, the weight of the current input, moves with A. The convolution is one batched matrix product
+with the Toeplitz matrix of K (for L = 64 this was faster on this CPU than an FFT), never a loop
+over time. The block is post-norm, as in the minimal S4 of the paper's victim:
+u ← LayerNorm(u + W·GELU(v) + b).
 
 **Independent runs.** Every parameter has a leading axis of length R that indexes R independent
 networks (seeds, or victims trained on different poisoned data sets). Their losses are summed, so
@@ -124,9 +128,9 @@ def _layers(params: Params) -> int:
 def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
     """The ZOH convolution kernel K of shape (..., H, L) from S4D parameters of shape (..., H, N/2).
 
-    K_l = 2 Re Σ_n C̃_n exp(Δ A_n)^l with C̃_n = C_n (exp(Δ A_n) − 1)/A_n, A_n = α_n + i ω_n,
-    α_n = −exp(log_a_re_n), Δ = exp(log_dt) (Gu et al. 2022; the Vandermonde form of the
-    kernel). Evaluated in real arithmetic: exp(Δ A_n)^l = e^{lΔα_n} (cos lΔω_n + i sin lΔω_n).
+    K_m = 2 Re Σ_j C_j b̄_j exp(Δ A_j)^m with b̄_j = (exp(Δ A_j) − 1)/A_j, A_j = −exp(log_a_re_j)
+    + i a_im_j, Δ = exp(log_dt) (Gu et al. 2022; the Vandermonde form of the kernel). Evaluated in
+    real arithmetic: exp(Δ A_j)^m = e^{mΔ Re A_j} (cos mΔ Im A_j + i sin mΔ Im A_j).
     """
     alpha, omega = -torch.exp(log_a_re), a_im
     dt = torch.exp(log_dt)[..., None]
