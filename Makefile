@@ -5,7 +5,7 @@
 #   make site-test build the book, then test it offline in headless Chromium (screenshots in _build/site-test)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
 #   make test-portable  the unit tests under portable kernels and two threads (as other machines)
-#   make full      execute every chapter at the papers' sizes (BOOK_SCALE=full), with timings
+#   make full      execute every chapter at BOOK_SCALE=full (the larger settings), with timings
 #   make student   the assignments' student notebooks and autograder bundles in _build/student
 #   make grade     grade every .ipynb in SUBMISSIONS=<folder> with otter-grader: <folder>/grades.csv
 #   make lint      ruff over the Python code
@@ -61,7 +61,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests -q
 	$(call run-chapters,300)
 
-# Every chapter at the papers' own sizes (BOOK_SCALE=full), with each chapter's time (not in CI:
+# Every chapter at BOOK_SCALE=full (the two chapters with a larger setting use it), with each chapter's time (not in CI:
 # about five minutes on 2 cores; make bench prints both scales side by side).
 full: export BOOK_SCALE = full
 full: $(STAMP)

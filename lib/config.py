@@ -2,7 +2,8 @@
 
 ``BOOK_SCALE``
     ``fast`` (default): every chapter executes within a minute on a 2-core CPU.
-    ``full``: the papers' sizes in every chapter (the whole book in about five minutes on 2 cores).
+    ``full``: the larger settings of the two chapters that have them (extrapolation's longer runs,
+    poisoning-real-data's larger attack); every other chapter runs the same sizes at both scales.
 ``BOOK_MODE``
     How :func:`lib.viz.explore` shows an exploration: unset in a live kernel (sliders), ``build``
     while the book is built (an animation that moves without a kernel), ``test`` under the test
