@@ -4,7 +4,9 @@ Chapters are converted with jupytext and executed with nbclient one after the ot
 ``make test`` (``BOOK_MODE=test``), at the default scale and at ``BOOK_SCALE=full`` side by side
 (``--fast-only`` skips the full scale, which takes many minutes). Then the training step of the
 poisoning experiments (torch engine, compiled loop, arithmetic floor; see ``train_step.py``) and
-the SSM loss-and-gradient through the closed form and the recurrence (see ``ssm_gradient.py``).
+the SSM loss-and-gradient through the closed form and the recurrence (see ``ssm_gradient.py``),
+and the S4D victim's training step with the Toeplitz and the FFT convolution by sequence length
+(see ``s4d_conv.py``; it measures the crossover ``lib.s4d.FFT_MIN_LENGTH``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from s4d_conv import run as run_s4d_conv  # noqa: E402
+from s4d_conv import table as s4d_conv_table  # noqa: E402
 from ssm_gradient import run as run_ssm_gradient  # noqa: E402
 from ssm_gradient import table as ssm_table  # noqa: E402
 from train_step import run as run_train_step  # noqa: E402
@@ -59,6 +63,8 @@ def main() -> int:
     print(train_step_table(run_train_step()))
     print()
     print(ssm_table(run_ssm_gradient()))
+    print()
+    print(s4d_conv_table(run_s4d_conv()))
     return 0
 
 

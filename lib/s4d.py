@@ -4,7 +4,14 @@ The victim of the real-data poisoning experiment of Slutzky et al. 2025 (Table 2
 "minimal S4D" network of Gu et al. 2022 ("On the parameterization and initialization of diagonal
 state space models"): an encoder, a stack of residual diagonal-SSM layers, mean pooling over the
 sequence and a linear decoder. This module is a CPU-sized version of it for 8×8 digits read as
-sequences of 64 pixels.
+sequences of 64 pixels, and the paper's own size (4 layers, 128 channels, state 64, three input
+channels: :data:`CIFAR10_VICTIM`) for CIFAR-10 images read as sequences of 1024 steps.
+
+**Input channels.** A sequence of L steps with C values per step is passed *flat*, as a vector of
+L·C numbers in which step p holds entries C·p, …, C·p + C − 1 (the memory layout of an (L, C)
+array). For C = 1 that is the sequence itself. The flat form lets images in any reading order go
+through the same code, :mod:`lib.gradient_matching` included: :func:`lib.data.cifar10` arranges
+the pixels so that this layout is the reading the caller asks for.
 
 **One S4D layer.** Each of the H channels carries its own diagonal SSM with N/2 complex-conjugate
 pairs of state entries (state size N per channel). With A_j = −exp(log_a_re_j) + i·Im A_j (S4D-Lin
@@ -19,9 +26,11 @@ for m = 0, …, L − 1, and the layer's SSM output is the causal convolution
 v_l = Σ_{p≤l} K_{l−p} u_p + D u_l with a skip term D. Unlike the SSMs of the theory, whose input
 entries are parameters of their own, the discretized input entries b̄_j depend on A_j and Δ: even
 K_0, the weight of the current input, moves with A. The convolution is one batched matrix product
-with the Toeplitz matrix of K (for L = 64 this was faster on this CPU than an FFT), never a loop
-over time. The block is post-norm, as in the minimal S4 of the paper's victim:
-u ← LayerNorm(u + W·GELU(v) + b).
+with the Toeplitz matrix of K (O(L²) per channel; for L = 64 faster on this CPU than an FFT), and
+past a crossover length :data:`FFT_MIN_LENGTH` a product of FFTs of length 2L (O(L log L)):
+y = irfft(rfft(K) · rfft(u))[:L] with both zero-padded to 2L, which is the same causal
+convolution without wrap-around. Never a loop over time. The block is post-norm, as in the
+minimal S4 of the paper's victim: u ← LayerNorm(u + W·GELU(v) + b).
 
 **Independent runs.** Every parameter has a leading axis of length R that indexes R independent
 networks (seeds, or victims trained on different poisoned data sets). Their losses are summed, so
@@ -34,11 +43,20 @@ differ by O(1). On the book's 2-core machine one training step (forward and back
 on 64 digits took 0.057 s of CPU time in float32 against 0.137 s in float64 (2.4 times longer),
 and retraining the victims is almost the whole of the chapter's time budget. Inputs are still
 checked as float64 and converted inside.
+
+**Device.** Parameters and data live on the CPU; the computation runs on the device that the
+environment variable ``BOOK_DEVICE`` names (``cpu``, the default, or e.g. ``cuda``), see
+:func:`compute_device`. :func:`train` keeps its parameters and data on that device while it trains;
+:func:`logits` moves CPU parameters and inputs there and its result back to the inputs' device, so
+callers that differentiate through it (the attack) see CPU tensors only. Off the CPU, the compiled
+kernels of :mod:`lib.s4d_ops` fall back to their plain PyTorch formulas, and the convolution is
+always the FFT.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,10 +69,30 @@ MODEL_DTYPE = torch.float32
 
 Params = dict[str, torch.Tensor]
 
+# Sequences at least this long are convolved by FFT, shorter ones by the Toeplitz product: the
+# crossover measured by ``benchmarks/s4d_conv.py`` (``make bench``) on one CPU thread.
+FFT_MIN_LENGTH = 256
+CONV_METHODS = ("auto", "toeplitz", "fft")
+
+
+def compute_device() -> torch.device:
+    """The device the victim computes on: ``BOOK_DEVICE`` (default ``cpu``), checked to exist."""
+    name = os.environ.get("BOOK_DEVICE", "cpu").strip() or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"BOOK_DEVICE={name!r} is not a torch device ({err})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"BOOK_DEVICE={name!r} but this torch sees no CUDA device")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"BOOK_DEVICE={name!r} but this torch sees no MPS device")
+    return device
+
 
 @dataclass(frozen=True)
 class S4DConfig:
-    """Sizes of the classifier: H channels, state size N per channel (N/2 conjugate pairs)."""
+    """Sizes of the classifier: H channels, state size N per channel (N/2 conjugate pairs), C input
+    values per sequence step (``inputs``), and the range of the initial step sizes Δ."""
 
     channels: int = 16
     state: int = 8
@@ -62,9 +100,11 @@ class S4DConfig:
     classes: int = 10
     dt_min: float = 1e-2
     dt_max: float = 1.0
+    inputs: int = 1
 
     def __post_init__(self):
         as_int(self.channels, "channels", minimum=1)
+        as_int(self.inputs, "inputs", minimum=1)
         state = as_int(self.state, "state", minimum=2)
         if state % 2:
             raise ValueError(f"state must be even (conjugate pairs), got {state}")
@@ -74,6 +114,14 @@ class S4DConfig:
         hi = as_positive_float(self.dt_max, "dt_max")
         if lo > hi:
             raise ValueError(f"dt_min must be <= dt_max, got {lo} > {hi}")
+
+
+# The paper's S4 victim (App. H.2.4; the authors' ``S4Model``: 4 layers, d_model = 128, S4D kernels
+# with d_state = 64 and Δ initialized in [0.001, 0.1], post-norm, mean pooling) on RGB sequences.
+# What differs from it: no dropout (theirs 0.1), a linear channel mixing after the GELU instead of
+# their 1×1 convolution with a GLU, a layer norm without affine parameters, and one learning rate
+# and weight decay for all parameters (theirs: 0.001 and none for the SSM parameters).
+CIFAR10_VICTIM = S4DConfig(channels=128, state=64, layers=4, dt_min=1e-3, dt_max=0.1, inputs=3)
 
 
 def init_params(config: S4DConfig, seeds) -> Params:
@@ -86,7 +134,7 @@ def init_params(config: S4DConfig, seeds) -> Params:
     if not isinstance(config, S4DConfig):
         raise ValueError(f"config must be an S4DConfig, got {type(config).__name__}")
     seeds = as_seeds(seeds)
-    h, half, k = config.channels, config.state // 2, config.classes
+    h, half, k, c = config.channels, config.state // 2, config.classes, config.inputs
     runs = []
     for seed in seeds:
         g = torch.Generator().manual_seed(seed)
@@ -94,9 +142,11 @@ def init_params(config: S4DConfig, seeds) -> Params:
         def uniform(*shape, bound, g=g):
             return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
 
+        # fan-in c: bound 1/sqrt(c); one input channel keeps the (H,) encoder of the digits
+        enc_shape = (h,) if c == 1 else (h, c)
         p = {
-            "enc_w": uniform(h, bound=1.0),
-            "enc_b": uniform(h, bound=1.0),
+            "enc_w": uniform(*enc_shape, bound=1 / math.sqrt(c)),
+            "enc_b": uniform(h, bound=1 / math.sqrt(c)),
             "dec_w": uniform(k, h, bound=1 / math.sqrt(h)),
             "dec_b": uniform(k, bound=1 / math.sqrt(h)),
         }
@@ -123,6 +173,12 @@ def _runs(params: Params) -> int:
 
 def _layers(params: Params) -> int:
     return sum(1 for name in params if name.startswith("log_dt"))
+
+
+def _inputs(params: Params) -> int:
+    """C, the number of input values per step: enc_w is (R, H) for C = 1, else (R, H, C)."""
+    enc_w = params["enc_w"]
+    return 1 if enc_w.ndim == 2 else int(enc_w.shape[-1])
 
 
 def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
@@ -157,25 +213,67 @@ def toeplitz(kernel: torch.Tensor) -> torch.Tensor:
     return s4d_ops.toeplitz(kernel)
 
 
-def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
-    """Class scores of R networks: x of shape (R, B, L) (or (B, L), shared) → (R, B, classes).
+def fft_convolve(kernel: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Causal convolution by FFT: kernels K (..., H, L), signals u (..., H, L, B) → (..., H, L, B).
 
-    Encoder u = w_enc x + b_enc (one input channel); per layer the S4D convolution with skip D,
-    GELU, channel mixing W, residual and LayerNorm over channels; mean over positions; decoder.
-    The skip term is folded into the kernel (K_0 + D: the convolution with it is y = T u + D u),
-    and GELU, LayerNorm and the Toeplitz matrix come from :mod:`lib.s4d_ops`, whose first and
-    second derivatives are closed forms (the attack differentiates through a backward pass).
+    y_l = Σ_{k ≤ l} K_{l−k} u_k, computed as irfft(rfft(K) · rfft(u)) with both zero-padded to
+    length 2L (so the circular convolution of the FFT has no wrap-around) and cut to the first L
+    entries. O(L log L) per channel against the Toeplitz product's O(L²); differentiable to any
+    order (the FFTs are linear maps with FFTs as their adjoints).
     """
-    r = _runs(params)
+    length = kernel.shape[-1]
+    n = 2 * length
+    kf = torch.fft.rfft(kernel, n=n, dim=-1)
+    uf = torch.fft.rfft(u.transpose(-1, -2), n=n, dim=-1)  # (..., H, B, L + 1)
+    y = torch.fft.irfft(uf * kf[..., None, :], n=n, dim=-1)[..., :length]
+    return y.transpose(-1, -2)
+
+
+def _method(method: str, length: int, device: torch.device) -> str:
+    if method not in CONV_METHODS:
+        raise ValueError(f"method must be one of {CONV_METHODS}, got {method!r:.40}")
+    if method == "auto":
+        fft = length >= FFT_MIN_LENGTH or device.type != "cpu"
+        return "fft" if fft else "toeplitz"
+    return method
+
+
+def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Tensor:
+    """Class scores of R networks: x of shape (R, B, L·C) (or (B, L·C), shared) → (R, B, classes).
+
+    Encoder u = W_enc x_p + b_enc at each step p (C input values, flat as in the module docstring);
+    per layer the S4D convolution with skip D, GELU, channel mixing W, residual and LayerNorm over
+    channels; mean over positions; decoder. The skip term is folded into the kernel (K_0 + D: the
+    convolution with it is y = T u + D u). The convolution is the Toeplitz product (``method=
+    "toeplitz"``) or the FFT product of :func:`fft_convolve` (``"fft"``); ``"auto"`` takes the FFT
+    for L ≥ :data:`FFT_MIN_LENGTH` and off the CPU. GELU, LayerNorm and the Toeplitz matrix come
+    from :mod:`lib.s4d_ops`, whose first and second derivatives are closed forms (the attack
+    differentiates through a backward pass). Runs on :func:`compute_device`; the result is on x's
+    device.
+    """
+    home = x.device
+    device = compute_device()
+    if params["enc_w"].device != device:
+        params = {k: v.to(device) for k, v in params.items()}
+    x = x.to(device)
+    r, c = _runs(params), _inputs(params)
     if x.ndim == 2:
         x = x.expand(r, *x.shape)
-    length = x.shape[-1]
-    h = params["enc_w"].shape[-1]
-    # Activations in layout (R, H, L, B): the convolution is a batched (L, L) @ (L, B) product
-    # with the Toeplitz matrix of each channel, the mixing an (H, H) @ (H, L·B) product.
-    xt = x.transpose(-1, -2)  # (R, L, B)
-    enc_w, enc_b = params["enc_w"][:, :, None, None], params["enc_b"][:, :, None, None]
-    u = enc_w * xt[:, None] + enc_b
+    if x.shape[-1] % c:
+        raise ValueError(f"x has {x.shape[-1]} entries per sequence, not a multiple of C = {c}")
+    length = x.shape[-1] // c
+    method = _method(method, length, device)
+    h = params["enc_w"].shape[1]
+    # Activations in layout (R, H, L, B): the Toeplitz convolution is a batched (L, L) @ (L, B)
+    # product with the matrix of each channel, the mixing an (H, H) @ (H, L·B) product.
+    enc_b = params["enc_b"][:, :, None, None]
+    if c == 1:
+        xt = x.transpose(-1, -2)  # (R, L, B)
+        enc_w = params["enc_w"][:, :, None, None]
+        u = enc_w * xt[:, None] + enc_b
+    else:
+        steps = x.reshape(r, x.shape[1], length, c)  # (R, B, L, C)
+        u = torch.einsum("rhc,rblc->rhlb", params["enc_w"], steps) + enc_b
     for i in range(_layers(params)):
         kernel = s4d_kernel(
             params[f"log_dt{i}"],
@@ -186,19 +284,22 @@ def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
             length,
         )
         kernel = kernel + torch.nn.functional.pad(params[f"d{i}"][..., None], (0, length - 1))
-        t = s4d_ops.toeplitz(kernel)
-        if i == 0:
+        if method == "fft":
+            conv = fft_convolve(kernel, u)
+        elif i == 0 and c == 1:
             # The encoder's output w x + b has one input channel: T (w x + b) = w (T x) + b (T 1),
             # one (H·L, L) @ (L, B) product per run, and (T 1)_l = Σ_{m ≤ l} K_m.
+            t = s4d_ops.toeplitz(kernel)
             tx = (t.reshape(r, h * length, length) @ xt).reshape(r, h, length, -1)
             conv = torch.addcmul(enc_b * kernel.cumsum(-1)[..., None], enc_w, tx)
         else:
-            conv = t @ u
+            conv = s4d_ops.toeplitz(kernel) @ u
         y = s4d_ops.gelu(conv)
         mixed = torch.baddbmm(params[f"b{i}"][:, :, None], params[f"w{i}"], y.reshape(r, h, -1))
         u = s4d_ops.channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
     pooled = u.mean(2)  # (R, H, B)
-    return (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
+    out = (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
+    return out.to(home)
 
 
 def per_run_loss(params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -265,8 +366,9 @@ def train(
 ) -> Params:
     """Train R = len(seeds) networks from scratch with AdamW; returns their parameters.
 
-    ``x`` is (n, L) (all runs see the same data) or (R, n, L) (run r trains on x[r], e.g. clean data
-    plus its own poisons); ``labels`` (n,) or (R, n). Run r is initialized and shuffled with
+    ``x`` is (n, L·C) (all runs see the same data) or (R, n, L·C) (run r trains on x[r], e.g. clean
+    data plus its own poisons); ``labels`` (n,) or (R, n). Trains on :func:`compute_device`;
+    returns CPU tensors. Run r is initialized and shuffled with
     ``seeds[r]``. The loss is the mean cross-entropy over a minibatch; the runs' losses are summed,
     which leaves each run's gradient its own. With ``init`` (a parameter dict of R runs, or of one
     run, copied to all) training starts there instead of at the seeds' initialization: fine-tuning.
@@ -275,18 +377,25 @@ def train(
         raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     seeds = as_seeds(seeds)
     x, labels = _check_data(x, labels, config.classes)
+    if x.shape[-1] % config.inputs:
+        raise ValueError(
+            f"x has {x.shape[-1]} entries per sequence, not a multiple of inputs = {config.inputs}"
+        )
     r = len(seeds)
     if x.ndim == 3 and x.shape[0] != r:
         raise ValueError(f"x holds {x.shape[0]} data sets but seeds has {r} entries")
     if x.ndim == 2:
         x, labels = x.expand(r, *x.shape), labels.expand(r, *labels.shape)
-    x = x.to(MODEL_DTYPE)
+    device = compute_device()
+    x, labels = x.to(device, MODEL_DTYPE), labels.to(device)
     n = x.shape[1]
     if init is None:
         start = init_params(config, seeds)
     else:
         start = init if _runs(init) == r else replicate(init, r)
-    params = {k: v.detach().clone().to(MODEL_DTYPE).requires_grad_() for k, v in start.items()}
+    params = {
+        k: v.detach().clone().to(device, MODEL_DTYPE).requires_grad_() for k, v in start.items()
+    }
     opt = _adamw(list(params.values()), train_config)
     batches = max(1, n // train_config.batch)
     total = train_config.epochs * batches
@@ -294,9 +403,9 @@ def train(
         opt, lambda k: 0.5 * (1 + math.cos(math.pi * min(k, total) / total))
     )
     gens = [np.random.default_rng(s) for s in seeds]
-    rows = torch.arange(r)[:, None]
+    rows = torch.arange(r, device=device)[:, None]
     for _ in range(train_config.epochs):
-        perm = torch.from_numpy(np.stack([g.permutation(n) for g in gens]))
+        perm = torch.from_numpy(np.stack([g.permutation(n) for g in gens])).to(device)
         for j in range(batches):
             idx = perm[:, j * train_config.batch : (j + 1) * train_config.batch]
             loss = per_run_loss(params, x[rows, idx], labels[rows, idx]).sum()
@@ -306,7 +415,7 @@ def train(
             sched.step()
     for name, value in params.items():
         check_finite_result(value.detach(), f"the trained parameter {name}")
-    return {k: v.detach() for k, v in params.items()}
+    return {k: v.detach().cpu() for k, v in params.items()}
 
 
 def predict(params: Params, x, *, batch: int = 512) -> torch.Tensor:

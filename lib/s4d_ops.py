@@ -26,7 +26,9 @@ which is linear in g with a symmetric matrix, so its derivative in g applied to 
 **Toeplitz matrix** of a kernel K of length L: T[l, k] = K[l − k] for k ≤ l, else 0. Its adjoint
 sums the diagonals, K̄[m] = Σ_l T̄[l, l − m]; both are linear, so each is the other's derivative.
 
-All functions take float32 or float64 tensors and return the same dtype.
+All functions take float32 or float64 tensors and return the same dtype. The compiled kernels run
+on the CPU; for tensors on another device (a GPU) the Toeplitz matrix and the layer norm are the
+plain PyTorch formulas, differentiated by autograd (the same values up to rounding).
 """
 
 from __future__ import annotations
@@ -200,7 +202,18 @@ def toeplitz(kernel: torch.Tensor) -> torch.Tensor:
 
     (T u)_l = Σ_{k ≤ l} K_{l−k} u_k is the causal convolution. Differentiable to any order.
     """
-    return _Toeplitz.apply(_check(kernel, "kernel", min_ndim=1))
+    kernel = _check(kernel, "kernel", min_ndim=1)
+    if kernel.device.type != "cpu":
+        return _plain_toeplitz(kernel)
+    return _Toeplitz.apply(kernel)
+
+
+def _plain_toeplitz(kernel: torch.Tensor) -> torch.Tensor:
+    """T[..., l, k] = K[..., l − k] by indexing, on any device, differentiated by autograd."""
+    steps = torch.arange(kernel.shape[-1], device=kernel.device)
+    lag = steps[:, None] - steps[None, :]
+    zero = torch.zeros((), dtype=kernel.dtype, device=kernel.device)
+    return torch.where(lag >= 0, kernel[..., lag.clamp(min=0)], zero)
 
 
 class _ChannelLayerNorm(torch.autograd.Function):
@@ -248,7 +261,16 @@ def channel_layer_norm(z: torch.Tensor) -> torch.Tensor:
 
     First and second derivatives in closed form, (LN1) and (LN2) of the module docstring.
     """
-    return _ChannelLayerNorm.apply(_check(z, "z", ndim=3))
+    z = _check(z, "z", ndim=3)
+    if z.device.type != "cpu":
+        return _plain_channel_layer_norm(z)
+    return _ChannelLayerNorm.apply(z)
+
+
+def _plain_channel_layer_norm(z: torch.Tensor) -> torch.Tensor:
+    """o = (z − mean(z)) (mean(c²) + ε)^(−1/2) over axis 1, on any device, by autograd."""
+    centred = z - z.mean(1, keepdim=True)
+    return centred * torch.rsqrt((centred * centred).mean(1, keepdim=True) + LAYER_NORM_EPS)
 
 
 class _Gelu(torch.autograd.Function):

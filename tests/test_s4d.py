@@ -10,6 +10,13 @@ from lib.data import digits_split
 
 DT = torch.float64
 
+# lib.s4d.logits(init_params(S4DConfig(channels=4, state=4, layers=2), [0]), digits[:2])[0, :, :3]
+# computed with lib/s4d.py as of commit b575efb (one input channel, Toeplitz only)
+PINNED_DIGITS_LOGITS = [
+    [0.3576672375202179, 0.5748685002326965, -0.35232529044151306],
+    [0.36878761649131775, 0.5546274781227112, -0.3485053479671478],
+]
+
 
 def recurrence_kernel(log_dt, log_a_re, a_im, c_re, c_im, length):
     """Impulse response of the ZOH-discretized diagonal SSM, by running the recurrence."""
@@ -143,3 +150,123 @@ def test_a_diverging_training_is_reported_not_returned():
     # must say so (NumericalFailure, a ValueError) instead of returning nan parameters
     with pytest.raises(ValueError, match="not finite"):
         s4d.train(cfg, x[:64] * 1e300, y[:64], [0], s4d.TrainConfig(epochs=1, batch=32))
+
+
+def _as64(params):
+    return {k: v.double() for k, v in params.items()}
+
+
+@pytest.mark.parametrize("length", [128, 256, 512])
+def test_fft_and_toeplitz_paths_agree_around_the_crossover(length, gen):
+    # lengths on both sides of lib.s4d.FFT_MIN_LENGTH; float64 parameters and inputs, so the two
+    # paths differ by rounding only: the FFT's error is ~1e-16 · log2(2L) · max|values| per sum
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=2)
+    p = {k: v.requires_grad_() for k, v in _as64(s4d.init_params(cfg, [0, 1])).items()}
+    x = torch.randn(2, 3, length, generator=gen, dtype=DT)
+    labels = torch.randint(0, 10, (2, 3), generator=gen)
+    out = {}
+    for method in ("toeplitz", "fft"):
+        logits = s4d.logits(p, x, method=method)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(6, 10), labels.reshape(6))
+        grads = torch.autograd.grad(loss, list(p.values()))
+        out[method] = (logits.detach(), grads)
+    torch.testing.assert_close(out["fft"][0], out["toeplitz"][0], rtol=1e-9, atol=1e-10)
+    for a, b in zip(out["fft"][1], out["toeplitz"][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_fft_path_in_float32_follows_toeplitz_at_cifar_length(gen):
+    # the victim's own precision at L = 1024: float32 rounding of O(1) activations summed over up
+    # to 1024 terms (relative error ~1e-7 · sqrt(L) · a few), far below the logits' O(1) gaps
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=2, inputs=3)
+    p = s4d.init_params(cfg, [0])
+    x = torch.randn(4, 3 * 1024, generator=gen)
+    torch.testing.assert_close(
+        s4d.logits(p, x, method="fft"), s4d.logits(p, x, method="toeplitz"), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_fft_convolution_is_the_causal_convolution(gen):
+    kernel = torch.randn(2, 9, generator=gen, dtype=DT)
+    u = torch.randn(2, 9, 3, generator=gen, dtype=DT)
+    # float64, a sum of 9 terms against an FFT of length 18: rounding only
+    torch.testing.assert_close(
+        s4d.fft_convolve(kernel, u), s4d.toeplitz(kernel) @ u, rtol=1e-12, atol=1e-12
+    )
+
+
+def test_fft_path_has_second_derivatives(gen):
+    # the attack differentiates through a backward pass: finite differences to second order
+    kernel = torch.randn(2, 6, generator=gen, dtype=DT).requires_grad_()
+    u = torch.randn(2, 6, 2, generator=gen, dtype=DT).requires_grad_()
+    assert torch.autograd.gradgradcheck(s4d.fft_convolve, (kernel, u))
+
+
+def test_auto_method_is_toeplitz_below_the_crossover_and_fft_above(gen, monkeypatch):
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
+    p = s4d.init_params(cfg, [0])
+    calls = []
+    real = s4d.fft_convolve
+    monkeypatch.setattr(s4d, "fft_convolve", lambda k, u: calls.append(1) or real(k, u))
+    s4d.logits(p, torch.randn(2, s4d.FFT_MIN_LENGTH - 1, generator=gen))
+    assert not calls
+    s4d.logits(p, torch.randn(2, s4d.FFT_MIN_LENGTH, generator=gen))
+    assert calls
+
+
+def test_one_input_channel_keeps_the_digits_network():
+    # The digits chapter's network (one input channel, L = 64 < FFT_MIN_LENGTH): parameters of the
+    # old shapes, drawn in the old order, and the Toeplitz path. Pinned by values computed with the
+    # code before input channels and the FFT were added (float32; exact equality was checked then,
+    # the tolerance only absorbs float32 rounding of a different BLAS or CPU: 1e-5 of O(1) logits).
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=2)
+    p = s4d.init_params(cfg, [0])
+    assert p["enc_w"].shape == (1, 4) and p["enc_b"].shape == (1, 4)
+    x, *_ = digits_split()
+    got = s4d.logits(p, x[:2].float())[0, :, :3]
+    want = torch.tensor(PINNED_DIGITS_LOGITS)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_input_channels_are_read_step_by_step(gen):
+    # flat input: step p holds entries C p .. C p + C − 1. A network with C = 3 whose encoder reads
+    # only channel 1 gives the logits of a one-channel network on x[..., 1::3] (same other params)
+    cfg3 = s4d.S4DConfig(channels=4, state=4, layers=1, inputs=3)
+    p3 = s4d.init_params(cfg3, [0])
+    p1 = dict(p3)
+    p1["enc_w"] = p3["enc_w"][..., 1].contiguous()
+    p3["enc_w"] = torch.zeros_like(p3["enc_w"])
+    p3["enc_w"][..., 1] = p1["enc_w"]
+    x = torch.randn(5, 3 * 20, generator=gen)
+    for method in ("toeplitz", "fft"):
+        # float32, one product over 3 channels (two of them zero) against one channel
+        torch.testing.assert_close(
+            s4d.logits(p3, x, method=method), s4d.logits(p1, x[:, 1::3], method=method)
+        )
+
+
+def test_cifar10_victim_is_the_papers_size():
+    cfg = s4d.CIFAR10_VICTIM
+    assert (cfg.layers, cfg.channels, cfg.state, cfg.inputs) == (4, 128, 64, 3)
+    p = s4d.init_params(cfg, [0])
+    assert p["enc_w"].shape == (1, 128, 3) and p["c_re3"].shape == (1, 128, 32)
+
+
+def test_bad_channels_method_and_device(monkeypatch):
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=1, inputs=3)
+    p = s4d.init_params(cfg, [0])
+    with pytest.raises(ValueError, match="multiple of C = 3"):
+        s4d.logits(p, torch.zeros(2, 10))
+    with pytest.raises(ValueError, match="inputs = 3"):
+        s4d.train(cfg, torch.zeros(4, 10, dtype=DT), torch.zeros(4, dtype=torch.int64), [0])
+    with pytest.raises(ValueError, match="method"):
+        s4d.logits(p, torch.zeros(2, 9), method="dft")
+    with pytest.raises(ValueError, match="inputs"):
+        s4d.S4DConfig(inputs=0)
+    monkeypatch.setenv("BOOK_DEVICE", "no-such-device")
+    with pytest.raises(ValueError, match="BOOK_DEVICE"):
+        s4d.logits(p, torch.zeros(2, 9))
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("BOOK_DEVICE", "cuda")
+        with pytest.raises(ValueError, match="no CUDA device"):
+            s4d.compute_device()

@@ -46,6 +46,21 @@ def test_values_and_two_derivatives_match_autograd_of_the_plain_formula(fast, pl
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "fast,fallback,shape",
+    [
+        (s4d_ops.channel_layer_norm, s4d_ops._plain_channel_layer_norm, (2, 6, 7)),
+        (s4d_ops.toeplitz, s4d_ops._plain_toeplitz, (2, 3, 9)),
+    ],
+)
+def test_the_fallbacks_off_the_cpu_match_the_compiled_kernels(fast, fallback, shape, gen):
+    # off the CPU (a GPU) these plain formulas replace the numba kernels; compared here on the CPU,
+    # float64, values and two derivatives: the same formulas summed in another order
+    x = torch.randn(shape, generator=gen, dtype=DT).requires_grad_()
+    for got, want in zip(derivatives(fallback, x, 2), derivatives(fast, x, 2), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("fn", [s4d_ops.gelu, s4d_ops.channel_layer_norm, s4d_ops.toeplitz])
 def test_gradcheck_and_gradgradcheck(fn, gen):
     # finite differences in float64 against the closed forms, to second order
