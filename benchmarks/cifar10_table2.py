@@ -27,8 +27,11 @@ What one row computes (Table 2's rows: 10 or 20 target test images, 500, 2500 or
 Differences from the authors' setting (stated, not hidden): no data augmentation, no dropout, the
 victim of :mod:`lib.s4d` (see :data:`lib.s4d.CIFAR10_VICTIM`), one global standardization instead
 of one per channel, poisons allotted evenly instead of by the targets' losses, and the per-row
-penalty of :mod:`lib.gradient_matching` weighting rows of the flat sequence (in the authors'
-reading these are not the image rows shared by the three channels of their footnote 14).
+penalty of :mod:`lib.gradient_matching`, which weights rows of the flat sequence: with
+``--reading pixels`` a row of 96 entries is one image row of all three channels, and the weights are
+exactly those of the paper's footnote 14 (32 − i on image row i); in the authors' reading a row of
+32 entries is one image row of one channel, the weight 95 − r falls from the first red row to the
+last blue one, and only the last blue row, the end of the sequence, is free.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,11 +67,9 @@ class Settings:
     restarts: int = 8
     step_size: float = 0.1  # in units of ε (the authors' tau)
     reg_factor: float = 0.0
-    row_length: int = 32
+    row_length: int | None = None  # of the penalty; None: 96 for "pixels", 32 for "authors"
     victim: s4d.S4DConfig = s4d.CIFAR10_VICTIM
-    train: s4d.TrainConfig = field(
-        default_factory=lambda: s4d.TrainConfig(epochs=100, batch=64, lr=1e-2, weight_decay=1e-2)
-    )
+    train: s4d.TrainConfig = s4d.CIFAR10_TRAIN
     n_train: int | None = 45000
     reading: str = "authors"
     surrogate_seed: int = 0
@@ -125,7 +126,7 @@ def run(settings: Settings = Settings(), folder=None, *, log=print) -> dict:
         restarts=settings.restarts,
         lr=settings.step_size,
         reg_factor=settings.reg_factor,
-        row_length=settings.row_length,
+        row_length=settings.row_length or (96 if settings.reading == "pixels" else 32),
     )
     t0 = time.perf_counter()
     index, deltas, losses = [], [], []

@@ -328,6 +328,11 @@ class TrainConfig:
         as_positive_float(self.weight_decay, "weight_decay", allow_zero=True)
 
 
+# The authors' training of their S4 victim (``S4Strategy`` in their code): AdamW, lr 0.01, weight
+# decay 0.01, batch 64, cosine schedule, 100 epochs.
+CIFAR10_TRAIN = TrainConfig(epochs=100, batch=64, lr=1e-2, weight_decay=1e-2)
+
+
 def _check_data(x, labels, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Data of R runs: x (R, n, L) or (n, L) float64; labels (R, n) or (n,), ints 0..classes−1."""
     x = as_tensor(x, "x")
