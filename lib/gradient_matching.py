@@ -34,19 +34,129 @@ gradient, and the chapter states the one it uses.)
 norm of the perturbation on the last elements over its whole norm, averaged over poisons
 (:func:`last_elements_rel_size`).
 
+**Victims.** The attack needs three things of a victim family, gathered in a :class:`Victim`:
+parameters of R independent runs (a dict of tensors whose leading axis indexes the runs), the logits
+of each run on its own batch, and training R runs from scratch on their own (poisoned) training
+sets. :func:`s4d_victim` wraps :mod:`lib.s4d`; :func:`lib.mlp_victim.victim` a small MLP. Every
+function here that takes a surrogate also takes ``victim=`` (default: the S4D family).
+
 All attacks on one surrogate run at once: the surrogate is replicated once per (attack, restart)
-along the run axis of :mod:`lib.s4d`, so each copy yields its own parameter gradients.
+along the run axis, so each copy yields its own parameter gradients.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from lib import s4d
-from lib._checks import DTYPE, as_int, as_list, as_positive_float, as_tensor, check_finite_result
+from lib._checks import (
+    DTYPE,
+    as_callable,
+    as_int,
+    as_list,
+    as_positive_float,
+    as_seeds,
+    as_tensor,
+    check_finite_result,
+)
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A victim family, as the attack sees it.
+
+    ``init(seeds)`` returns the parameters of R = len(seeds) independent runs, a dict of tensors
+    whose leading axis (length R) indexes the runs; ``logits(params, x)`` maps a batch per run,
+    x of shape (R, B, L), to class scores (R, B, K), differentiably (twice: the attack
+    differentiates through a parameter gradient); ``train(x, labels, seeds)`` trains R runs from
+    scratch, run r on x[r] (R, n, L) with labels[r] (R, n), initialized and shuffled with
+    ``seeds[r]``. ``dtype`` is the precision ``logits`` computes in. The per-run loss is the mean
+    cross-entropy of the logits (:meth:`per_run_loss`).
+    """
+
+    name: str
+    init: Callable[[list[int]], Params]
+    logits: Callable[[Params, torch.Tensor], torch.Tensor]
+    train: Callable[[torch.Tensor, torch.Tensor, list[int]], Params]
+    dtype: torch.dtype = DTYPE
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string, got {self.name!r:.60}")
+        as_callable(self.init, "init", "(seeds) -> params")
+        as_callable(self.logits, "logits", "(params, x) -> logits")
+        as_callable(self.train, "train", "(x, labels, seeds) -> params")
+        if self.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {self.dtype!r}")
+
+    def per_run_loss(self, params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of each run on its own batch: x (R, B, L), labels (R, B) → (R,)."""
+        out = self.logits(params, x)
+        r, b, k = out.shape
+        ce = torch.nn.functional.cross_entropy(
+            out.reshape(r * b, k), labels.reshape(r * b), reduction="none"
+        )
+        return ce.reshape(r, b).mean(-1)
+
+
+def s4d_victim(
+    config: s4d.S4DConfig | None = None, train_config: s4d.TrainConfig | None = None
+) -> Victim:
+    """The S4D family of :mod:`lib.s4d` (computing in its float32) as a :class:`Victim`, with its
+    sizes ``config`` and training ``train_config`` (defaults: those of :mod:`lib.s4d`)."""
+    config = s4d.S4DConfig() if config is None else config
+    train_config = s4d.TrainConfig() if train_config is None else train_config
+    if not isinstance(config, s4d.S4DConfig):
+        raise ValueError(f"config must be an S4DConfig, got {type(config).__name__}")
+    if not isinstance(train_config, s4d.TrainConfig):
+        raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    return Victim(
+        name="S4D",
+        init=lambda seeds: s4d.init_params(config, seeds),
+        logits=s4d.logits,
+        train=lambda x, labels, seeds: s4d.train(config, x, labels, seeds, train_config),
+        dtype=s4d.MODEL_DTYPE,
+    )
+
+
+_S4D_DEFAULT = s4d_victim()
+
+
+def _check_victim(victim) -> Victim:
+    """``victim``, or the S4D family when None (the attack uses only its logits and dtype)."""
+    if victim is None:
+        return _S4D_DEFAULT
+    if not isinstance(victim, Victim):
+        raise ValueError(f"victim must be a Victim, got {type(victim).__name__}")
+    return victim
+
+
+def runs_of(params) -> int:
+    """The number of runs R of a parameter dict (the common length of its leading axes)."""
+    if not isinstance(params, dict) or not params:
+        raise ValueError(f"params must be a non-empty dict of tensors, got {params!r:.60}")
+    lengths = set()
+    for name, value in params.items():
+        if not isinstance(value, torch.Tensor) or value.ndim < 1:
+            raise ValueError(f"parameter {name!r} must be a tensor with a leading run axis")
+        lengths.add(int(value.shape[0]))
+    if len(lengths) != 1:
+        raise ValueError(f"the parameters disagree on the number of runs: {sorted(lengths)}")
+    return lengths.pop()
+
+
+def replicate(params: Params, copies: int) -> Params:
+    """``copies`` identical runs of a one-run parameter dict (any victim family)."""
+    copies = as_int(copies, "copies", minimum=1)
+    if runs_of(params) != 1:
+        raise ValueError(f"replicate needs a one-run parameter dict, got {runs_of(params)} runs")
+    return {k: v.expand(copies, *v.shape[1:]).contiguous() for k, v in params.items()}
 
 
 @dataclass(frozen=True)
@@ -153,30 +263,52 @@ def _check_range(data_range) -> tuple[float, float]:
 
 
 class _Matching:
-    """ℳ(δ) for R attacks at once, each on its own copy of the surrogate (run axis of lib.s4d):
-    targets x_t (R, L) with classes adv (R,), poison images base (R, P, L) labelled adv."""
+    """ℳ(δ) for R attacks at once, each on its own copies of the surrogates (along the run axis):
+    targets x_t (R, L) with classes adv (R,), poison images base (R, P, L) labelled adv. With an
+    ensemble of K surrogates, ℳ is the mean over the K members of each member's ℳ."""
 
-    def __init__(self, surrogate: s4d.Params, x_t: torch.Tensor, adv: torch.Tensor, base):
-        runs = len(adv)
-        self.params = {k: v.requires_grad_() for k, v in s4d.replicate(surrogate, runs).items()}
-        target_loss = s4d.per_run_loss(self.params, x_t[:, None, :], adv[:, None]).sum()
+    def __init__(self, victim: Victim, surrogate: Params, x_t: torch.Tensor, adv, base):
+        runs, members = len(adv), runs_of(surrogate)
+        self.loss = victim.per_run_loss
+        # runs in the order (member, attack): member k's copies are rows k·R … (k + 1)·R − 1
+        copies = {
+            k: v.to(victim.dtype).repeat_interleave(runs, dim=0).contiguous()
+            for k, v in surrogate.items()
+        }
+        self.params = {k: v.requires_grad_() for k, v in copies.items()}
+        self.members, self.runs = members, runs * members
+        x_t, adv = x_t.repeat(members, 1), adv.repeat(members)
+        target_loss = self.loss(self.params, x_t[:, None, :], adv[:, None]).sum()
         grads = torch.autograd.grad(target_loss, list(self.params.values()))
-        self.g_t = [g.detach().reshape(runs, -1) for g in grads]
+        self.g_t = [g.detach().reshape(self.runs, -1) for g in grads]
         self.g_t_norm = torch.sqrt(sum((g * g).sum(-1) for g in self.g_t))
-        self.base, self.labels, self.runs = base, adv[:, None].expand(base.shape[:2]), runs
+        self.base = base.repeat(members, 1, 1)
+        self.labels = adv[:, None].expand(self.base.shape[:2])
 
     def __call__(self, delta: torch.Tensor, *, create_graph: bool = False) -> torch.Tensor:
-        loss = s4d.per_run_loss(self.params, self.base + delta, self.labels).sum()
+        x = self.base + delta.repeat(self.members, 1, 1)
+        loss = self.loss(self.params, x, self.labels).sum()
         g_p = torch.autograd.grad(loss, list(self.params.values()), create_graph=create_graph)
         flat = [g.reshape(self.runs, -1) for g in g_p]
         dot = sum((a * b).sum(-1) for a, b in zip(self.g_t, flat, strict=True))
         norm = torch.sqrt(sum((b * b).sum(-1) for b in flat))
-        return 1 - dot / (self.g_t_norm * norm)
+        return (1 - dot / (self.g_t_norm * norm)).reshape(self.members, -1).mean(0)
 
 
-def matching_loss(surrogate: s4d.Params, x_test, brew_result: Brew, x_train, delta) -> torch.Tensor:
+def _check_surrogate(surrogate) -> Params:
+    """A parameter dict of K ≥ 1 runs: one surrogate, or an ensemble of K."""
+    runs_of(surrogate)
+    return surrogate
+
+
+def matching_loss(
+    surrogate: Params, x_test, brew_result: Brew, x_train, delta, *, victim: Victim | None = None
+) -> torch.Tensor:
     """ℳ of the perturbations ``delta`` (A, P, L) of the poisons of ``brew_result`` on ``surrogate``
-    (one value per attack, float64): e.g. of a random control, to compare with the attack's own."""
+    (one value per attack, float64): e.g. of a random control, to compare with the attack's own.
+    ``victim`` is the surrogate's family (default: S4D)."""
+    victim = _check_victim(victim)
+    surrogate = _check_surrogate(surrogate)
     x_test = as_tensor(x_test, "x_test", ndim=2)
     x_train = as_tensor(x_train, "x_train", ndim=2)
     delta = as_tensor(delta, "delta", ndim=3)
@@ -185,10 +317,10 @@ def matching_loss(surrogate: s4d.Params, x_test, brew_result: Brew, x_train, del
         raise ValueError(
             f"delta must have shape {tuple(index.shape)} + (L,), got {tuple(delta.shape)}"
         )
-    md = s4d.MODEL_DTYPE
+    md = victim.dtype
     base = x_train[index].to(md)
     matching = _Matching(
-        surrogate, x_test[brew_result.targets].to(md), brew_result.adversarial, base
+        victim, surrogate, x_test[brew_result.targets].to(md), brew_result.adversarial, base
     )
     return matching(delta.to(md)).detach().to(DTYPE)
 
@@ -209,7 +341,7 @@ def _check_configs(config) -> list[AttackConfig]:
 
 
 def brew(
-    surrogate: s4d.Params,
+    surrogate: Params,
     x_train,
     y_train,
     x_test,
@@ -222,10 +354,12 @@ def brew(
     config: AttackConfig | list[AttackConfig] = AttackConfig(),
     *,
     seed: int = 0,
+    victim: Victim | None = None,
 ) -> Brew | list[Brew]:
     """Gradient-matching poisons for A attacks (target ``targets[a]``, class ``adversarial[a]``).
 
-    ``surrogate`` is a one-run parameter dict of :mod:`lib.s4d` trained on clean data; ``x_train``
+    ``surrogate`` is a one-run parameter dict of the family ``victim`` (default: :mod:`lib.s4d`)
+    trained on clean data; ``x_train``
     (n, L), ``y_train`` (n,), ``x_test`` (m, L), ``y_test`` (m,); ``targets`` test indices and
     ``adversarial`` classes (each ≠ the target's true class); ``budget`` poisons per attack, ``eps``
     the ℓ∞ bound, ``data_range`` = (lo, hi) the pixel range. Attack a poisons the training images
@@ -238,6 +372,8 @@ def brew(
     would compute), and the result is a list with one :class:`Brew` per config.
     """
     configs = _check_configs(config)
+    victim = _check_victim(victim)
+    surrogate = _check_surrogate(surrogate)
     x_train = as_tensor(x_train, "x_train", ndim=2)
     x_test = as_tensor(x_test, "x_test", ndim=2)
     y_train = _check_labels(x_train, y_train, "y_train", "x_train")
@@ -264,12 +400,12 @@ def brew(
         [choose_poisons(y_train, c, budget, seed + a) for a, c in enumerate(adversarial)]
     )
     n_cfg, n_att, restarts = len(configs), len(targets), configs[0].restarts
-    md = s4d.MODEL_DTYPE
+    md = victim.dtype
     # runs in the order (config, attack, restart)
     t_idx = torch.tensor(targets).repeat_interleave(restarts).repeat(n_cfg)
     adv = torch.tensor(adversarial).repeat_interleave(restarts).repeat(n_cfg)
     base = x_train[index].repeat_interleave(restarts, dim=0).to(md)  # (A·restarts, P, L)
-    matching = _Matching(surrogate, x_test[t_idx].to(md), adv, base.repeat(n_cfg, 1, 1))
+    matching = _Matching(victim, surrogate, x_test[t_idx].to(md), adv, base.repeat(n_cfg, 1, 1))
     gen = torch.Generator().manual_seed(seed)
     start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
     start = _project(start.to(md), base, eps, lo, hi)
@@ -364,3 +500,52 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     half = z * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
     scale = 1 + z * z / trials
     return max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale)
+
+
+def retrain(victim: Victim, x_train, y_train, poison_index, delta, seeds) -> Params:
+    """Victims trained from scratch on the poisoned sets: for every attack a (rows of
+    ``poison_index`` (A, P) and ``delta`` (A, P, L)) and every seed s of ``seeds`` (S of them), one
+    run of ``victim`` trained on x_train with attack a's poisons appended (:func:`poisoned_sets`),
+    initialized and shuffled with s. Returns A·S runs in the order (attack, seed)."""
+    victim = _check_victim(victim)
+    seeds = as_seeds(seeds)
+    x, y = poisoned_sets(x_train, y_train, poison_index, delta)
+    n_att, n_seeds = x.shape[0], len(seeds)
+    xs = x.repeat_interleave(n_seeds, dim=0)
+    ys = y.repeat_interleave(n_seeds, dim=0)
+    return victim.train(xs, ys, seeds * n_att)
+
+
+def target_outcome(victim: Victim, params: Params, x_test, y_test, targets, adversarial) -> dict:
+    """How R trained runs treat their targets: run r is asked about test image ``targets[r]`` and
+    its adversarial class ``adversarial[r]`` (one each per run). Returns numpy arrays of length R:
+    ``success`` (the target classified as the adversarial class), ``correct`` (as its true class)
+    and ``p_adv`` (the softmax probability of the adversarial class)."""
+    victim = _check_victim(victim)
+    x_test = as_tensor(x_test, "x_test", ndim=2)
+    y_test = _check_labels(x_test, y_test, "y_test", "x_test")
+    targets = [as_int(t, "target index", minimum=0) for t in as_list(targets, "targets")]
+    adversarial = [
+        as_int(c, "adversarial class", minimum=0) for c in as_list(adversarial, "adversarial")
+    ]
+    runs = runs_of(params)
+    if len(targets) != runs or len(adversarial) != runs:
+        raise ValueError(
+            f"targets and adversarial need one entry per run ({runs}), "
+            f"got {len(targets)} and {len(adversarial)}"
+        )
+    for t in targets:
+        if t >= len(x_test):
+            raise ValueError(f"target index {t} is out of range for a test set of {len(x_test)}")
+    t_idx, adv = torch.tensor(targets), torch.tensor(adversarial)
+    with torch.no_grad():
+        out = victim.logits(params, x_test[t_idx].to(victim.dtype)[:, None, :])[:, 0]
+    if not bool((adv < out.shape[-1]).all()):
+        raise ValueError(f"adversarial classes must lie in 0..{out.shape[-1] - 1}")
+    p_adv = torch.softmax(out.double(), -1)[torch.arange(runs), adv]
+    pred = out.argmax(-1)
+    return {
+        "success": (pred == adv).numpy(),
+        "correct": (pred == y_test[t_idx]).numpy(),
+        "p_adv": p_adv.numpy(),
+    }

@@ -157,3 +157,87 @@ def test_matching_loss_of_the_brew_is_its_reported_loss_and_beats_random(setting
     assert float(gm.matching_loss(surrogate, xt, brew, x, rnd)[0]) > float(again[0])
     with pytest.raises(ValueError, match="delta"):
         gm.matching_loss(surrogate, xt, brew, x, brew.delta[:, :3])
+
+
+# --- one victim interface, two families ---------------------------------------------------------
+
+
+def _families():
+    from lib import mlp_victim as mv
+
+    s4d_cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
+    return {
+        "S4D": gm.s4d_victim(s4d_cfg, s4d.TrainConfig(epochs=1, batch=50)),
+        "MLP": mv.victim(mv.MLPConfig(hidden=8), mv.TrainConfig(epochs=2, batch=50)),
+    }
+
+
+@pytest.mark.parametrize("family", ["S4D", "MLP"])
+def test_both_families_brew_retrain_and_evaluate(setting, family):
+    _, x, y, xt, yt, rng = setting
+    victim = _families()[family]
+    t, c = target_and_class(yt)
+    surrogate = victim.train(x, y, [7])
+    assert gm.runs_of(surrogate) == 1
+    cfg = gm.AttackConfig(steps=10)
+    brew = gm.brew(surrogate, x, y, xt, yt, [t, t + 1], [c, c], 6, 0.5, rng, cfg, victim=victim)
+    assert brew.delta.shape == (2, 6, 64) and float(brew.delta.abs().max()) <= 0.5 + 1e-6
+    # on its own surrogate the attack aligns the gradients better than random perturbations
+    rnd = gm.random_perturbations(x[brew.poison_index], brew.delta, 0.5, rng, seed=0)
+    random_loss = gm.matching_loss(surrogate, xt, brew, x, rnd, victim=victim)
+    assert bool((brew.matching_loss < random_loss).all())
+    victims = gm.retrain(victim, x, y, brew.poison_index, brew.delta, [0, 1])
+    assert gm.runs_of(victims) == 4  # (attack, seed) pairs
+    out = gm.target_outcome(victim, victims, xt, yt, [t, t, t + 1, t + 1], [c] * 4)
+    assert out["success"].shape == (4,) and ((out["p_adv"] >= 0) & (out["p_adv"] <= 1)).all()
+    # success means the adversarial class wins, so never together with a correct prediction
+    assert not (out["success"] & out["correct"]).any()
+
+
+def test_retrain_trains_on_the_poisoned_sets(setting):
+    _, x, y, _, _, _ = setting
+    seen = {}
+
+    def train(xs, ys, seeds):
+        seen.update(x=xs, y=ys, seeds=seeds)
+        return {"w": torch.zeros(len(seeds), 1, dtype=DT)}
+
+    victim = gm.Victim("probe", init=lambda s: {}, logits=lambda p, v: v, train=train)
+    index = torch.tensor([[0, 1], [2, 3]])
+    delta = torch.full((2, 2, 64), 0.1, dtype=DT)
+    gm.retrain(victim, x, y, index, delta, [5, 6])
+    assert seen["seeds"] == [5, 6, 5, 6] and seen["x"].shape == (4, 202, 64)
+    torch.testing.assert_close(seen["x"][2, 200:], x[index[1]] + 0.1)  # attack 1, first seed
+
+
+def test_an_ensemble_of_one_is_the_single_surrogate(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    cfg = gm.AttackConfig(steps=3)
+    one = gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.5, rng, cfg)
+    pair = {k: torch.cat([v, v]) for k, v in surrogate.items()}  # two identical members
+    two = gm.brew(pair, x, y, xt, yt, [t], [c], 5, 0.5, rng, cfg)
+    torch.testing.assert_close(two.matching_loss, one.matching_loss, rtol=1e-4, atol=1e-6)
+
+
+def test_victim_interface_rejects_bad_input(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    with pytest.raises(ValueError, match="logits must be a callable"):
+        gm.Victim("v", init=lambda s: {}, logits="not a function", train=lambda *a: {})
+    with pytest.raises(ValueError, match="name"):
+        gm.Victim("", init=lambda s: {}, logits=lambda p, v: v, train=lambda *a: {})
+    with pytest.raises(ValueError, match="dtype"):
+        gm.Victim("v", lambda s: {}, lambda p, v: v, lambda *a: {}, dtype=torch.int64)
+    with pytest.raises(ValueError, match="victim must be a Victim"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.1, rng, victim="mlp")
+    with pytest.raises(ValueError, match="config must be an S4DConfig"):
+        gm.s4d_victim("small")
+    with pytest.raises(ValueError, match="number of runs"):
+        gm.runs_of({"a": torch.zeros(1, 3), "b": torch.zeros(2, 3)})
+    with pytest.raises(ValueError, match="params"):
+        gm.runs_of({})
+    with pytest.raises(ValueError, match="one entry per run"):
+        gm.target_outcome(gm.s4d_victim(), surrogate, xt, yt, [t, t], [c, c])
+    with pytest.raises(ValueError, match="adversarial classes"):
+        gm.target_outcome(gm.s4d_victim(), surrogate, xt, yt, [t], [10])
