@@ -29,8 +29,10 @@ K_0, the weight of the current input, moves with A. The convolution is one batch
 with the Toeplitz matrix of K (O(L²) per channel; for L = 64 faster on this CPU than an FFT), and
 past a crossover length :data:`FFT_MIN_LENGTH` a product of FFTs of length 2L (O(L log L)):
 y = irfft(rfft(K) · rfft(u))[:L] with both zero-padded to 2L, which is the same causal
-convolution without wrap-around. Never a loop over time. The block is post-norm, as in the
-minimal S4 of the paper's victim: u ← LayerNorm(u + W·GELU(v) + b).
+convolution without wrap-around. Never a loop over time. The block is post-norm by default, as
+in the minimal S4 of the authors' current code: u ← LayerNorm(u + W·GELU(v) + b), v = K ∗ u; with
+``prenorm`` it is u ← u + W·GELU(v) + b, v = K ∗ LayerNorm(u), as in the version of their code that
+produced Table 2 (it passes ``prenorm='store_true'``, a true value).
 
 **Independent runs.** Every parameter has a leading axis of length R that indexes R independent
 networks (seeds, or victims trained on different poisoned data sets). Their losses are summed, so
@@ -92,7 +94,8 @@ def compute_device() -> torch.device:
 @dataclass(frozen=True)
 class S4DConfig:
     """Sizes of the classifier: H channels, state size N per channel (N/2 conjugate pairs), C input
-    values per sequence step (``inputs``), and the range of the initial step sizes Δ."""
+    values per sequence step (``inputs``), the range of the initial step sizes Δ, and whether the
+    layer norm comes before each block (``prenorm``) or after its residual sum (the default)."""
 
     channels: int = 16
     state: int = 8
@@ -101,6 +104,7 @@ class S4DConfig:
     dt_min: float = 1e-2
     dt_max: float = 1.0
     inputs: int = 1
+    prenorm: bool = False
 
     def __post_init__(self):
         as_int(self.channels, "channels", minimum=1)
@@ -116,12 +120,15 @@ class S4DConfig:
             raise ValueError(f"dt_min must be <= dt_max, got {lo} > {hi}")
 
 
-# The paper's S4 victim (App. H.2.4; the authors' ``S4Model``: 4 layers, d_model = 128, S4D kernels
-# with d_state = 64 and Δ initialized in [0.001, 0.1], post-norm, mean pooling) on RGB sequences.
-# What differs from it: no dropout (theirs 0.1), a linear channel mixing after the GELU instead of
-# their 1×1 convolution with a GLU, a layer norm without affine parameters, and one learning rate
-# and weight decay for all parameters (theirs: 0.001 and none for the SSM parameters).
-CIFAR10_VICTIM = S4DConfig(channels=128, state=64, layers=4, dt_min=1e-3, dt_max=0.1, inputs=3)
+# The paper's S4 victim (App. H.2.4; the authors' ``S4Model`` in the version of their code that
+# produced Table 2, commit 74e2df7: 4 layers, d_model = 128, S4D kernels with d_state = 64 and Δ
+# initialized in [0.001, 0.1], pre-norm, mean pooling) on RGB sequences. What differs from it: no
+# dropout (theirs 0.1 after each block), a linear channel mixing after the GELU instead of their
+# 1×1 convolution with a GLU, a layer norm without affine parameters, and one learning rate and
+# weight decay for all parameters (theirs: 0.001 and none for the SSM parameters).
+CIFAR10_VICTIM = S4DConfig(
+    channels=128, state=64, layers=4, dt_min=1e-3, dt_max=0.1, inputs=3, prenorm=True
+)
 
 
 def init_params(config: S4DConfig, seeds) -> Params:
@@ -129,7 +136,9 @@ def init_params(config: S4DConfig, seeds) -> Params:
 
     Per layer: log Δ ~ U[log dt_min, log dt_max]; Re A = −½ (stored as log ½ of its negative);
     Im A = π n; C ~ CN(0, 1) (real and imaginary parts N(0, ½)); D ~ N(0, 1); the mixing matrix W
-    and the encoder / decoder with PyTorch's default uniform fan-in initialization.
+    and the encoder / decoder with PyTorch's default uniform fan-in initialization. In a pre-norm
+    network (``config.prenorm``) W and b are stored as ``w_pre{i}``, ``b_pre{i}``: the parameter
+    dict alone tells :func:`logits` where the layer norm goes.
     """
     if not isinstance(config, S4DConfig):
         raise ValueError(f"config must be an S4DConfig, got {type(config).__name__}")
@@ -159,8 +168,10 @@ def init_params(config: S4DConfig, seeds) -> Params:
             p[f"c_re{i}"] = torch.randn(h, half, generator=g, dtype=torch.float64) / math.sqrt(2)
             p[f"c_im{i}"] = torch.randn(h, half, generator=g, dtype=torch.float64) / math.sqrt(2)
             p[f"d{i}"] = torch.randn(h, generator=g, dtype=torch.float64)
-            p[f"w{i}"] = uniform(h, h, bound=1 / math.sqrt(h))
-            p[f"b{i}"] = uniform(h, bound=1 / math.sqrt(h))
+            # the block's mixing; named w_pre / b_pre in a pre-norm network (how logits knows)
+            mix = "_pre" if config.prenorm else ""
+            p[f"w{mix}{i}"] = uniform(h, h, bound=1 / math.sqrt(h))
+            p[f"b{mix}{i}"] = uniform(h, bound=1 / math.sqrt(h))
         runs.append(p)
     return {
         name: torch.stack([p[name] for p in runs]).to(MODEL_DTYPE).contiguous() for name in runs[0]
@@ -243,7 +254,8 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
 
     Encoder u = W_enc x_p + b_enc at each step p (C input values, flat as in the module docstring);
     per layer the S4D convolution with skip D, GELU, channel mixing W, residual and LayerNorm over
-    channels; mean over positions; decoder. The skip term is folded into the kernel (K_0 + D: the
+    channels (post-norm; pre-norm networks normalize the block's input instead, see the module
+    docstring); mean over positions; decoder. The skip term is folded into the kernel (K_0 + D: the
     convolution with it is y = T u + D u). The convolution is the Toeplitz product (``method=
     "toeplitz"``) or the FFT product of :func:`fft_convolve` (``"fft"``); ``"auto"`` takes the FFT
     for L ≥ :data:`FFT_MIN_LENGTH` and off the CPU. GELU, LayerNorm and the Toeplitz matrix come
@@ -284,19 +296,27 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
             length,
         )
         kernel = kernel + torch.nn.functional.pad(params[f"d{i}"][..., None], (0, length - 1))
+        prenorm = f"w_pre{i}" in params
+        v = s4d_ops.channel_layer_norm(u.reshape(r, h, -1)).reshape(u.shape) if prenorm else u
         if method == "fft":
-            conv = fft_convolve(kernel, u)
-        elif i == 0 and c == 1:
+            conv = fft_convolve(kernel, v)
+        elif i == 0 and c == 1 and not prenorm:
             # The encoder's output w x + b has one input channel: T (w x + b) = w (T x) + b (T 1),
             # one (H·L, L) @ (L, B) product per run, and (T 1)_l = Σ_{m ≤ l} K_m.
             t = s4d_ops.toeplitz(kernel)
             tx = (t.reshape(r, h * length, length) @ xt).reshape(r, h, length, -1)
             conv = torch.addcmul(enc_b * kernel.cumsum(-1)[..., None], enc_w, tx)
         else:
-            conv = s4d_ops.toeplitz(kernel) @ u
+            conv = s4d_ops.toeplitz(kernel) @ v
         y = s4d_ops.gelu(conv)
-        mixed = torch.baddbmm(params[f"b{i}"][:, :, None], params[f"w{i}"], y.reshape(r, h, -1))
-        u = s4d_ops.channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
+        mix = "_pre" if prenorm else ""
+        mixed = torch.baddbmm(
+            params[f"b{mix}{i}"][:, :, None], params[f"w{mix}{i}"], y.reshape(r, h, -1)
+        )
+        if prenorm:
+            u = u + mixed.reshape(u.shape)
+        else:
+            u = s4d_ops.channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
     pooled = u.mean(2)  # (R, H, B)
     out = (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
     return out.to(home)

@@ -270,3 +270,52 @@ def test_bad_channels_method_and_device(monkeypatch):
         monkeypatch.setenv("BOOK_DEVICE", "cuda")
         with pytest.raises(ValueError, match="no CUDA device"):
             s4d.compute_device()
+
+
+def reference_logits(p, x, inputs, prenorm):
+    """One run's classifier written out plainly, (B, L·C) → (B, classes): encoder on each step's
+    C values, per layer (pre-norm or post-norm) a causal convolution by an explicit sum over lags,
+    GELU, mixing, residual; mean pooling; decoder."""
+    p = {k: v[0] for k, v in p.items()}
+
+    def norm(z):  # over channels, the last axis here
+        c = z - z.mean(-1, keepdim=True)
+        return c / torch.sqrt((c * c).mean(-1, keepdim=True) + 1e-5)
+
+    b, length = x.shape[0], x.shape[1] // inputs
+    enc_w = p["enc_w"].reshape(-1, inputs)
+    u = x.reshape(b, length, inputs) @ enc_w.T + p["enc_b"]  # (B, L, H)
+    layer = 0
+    while f"log_dt{layer}" in p:
+        i = layer
+        k = s4d.s4d_kernel(p[f"log_dt{i}"], p[f"log_a_re{i}"], p[f"a_im{i}"], p[f"c_re{i}"],
+                           p[f"c_im{i}"], length)  # (H, L)
+        v = norm(u) if prenorm else u
+        conv = torch.stack(
+            [sum(k[:, lag] * v[:, pos - lag] for lag in range(pos + 1)) for pos in range(length)], 1
+        ) + p[f"d{i}"] * v
+        mix = "_pre" if prenorm else ""
+        mixed = torch.nn.functional.gelu(conv) @ p[f"w{mix}{i}"].T + p[f"b{mix}{i}"]
+        u = u + mixed if prenorm else norm(u + mixed)
+        layer += 1
+    return u.mean(1) @ p["dec_w"].T + p["dec_b"]
+
+
+@pytest.mark.parametrize("prenorm", [False, True])
+@pytest.mark.parametrize("inputs", [1, 3])
+@pytest.mark.parametrize("method", ["toeplitz", "fft"])
+def test_logits_match_a_plain_reference(prenorm, inputs, method, gen):
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=2, inputs=inputs, prenorm=prenorm)
+    p = _as64(s4d.init_params(cfg, [0]))
+    assert ("w_pre0" in p) == prenorm and ("w0" in p) != prenorm
+    x = torch.randn(3, 12 * inputs, generator=gen, dtype=DT)
+    # float64, the same network summed in other orders: rounding only
+    torch.testing.assert_close(
+        s4d.logits(p, x, method=method)[0], reference_logits(p, x, inputs, prenorm),
+        rtol=1e-10, atol=1e-10,
+    )
+
+
+def test_cifar10_victim_is_pre_norm():
+    # the Table-2 version of the authors' code passes prenorm='store_true', a true value
+    assert s4d.CIFAR10_VICTIM.prenorm and not s4d.S4DConfig().prenorm
