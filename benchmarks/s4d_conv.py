@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from lib import s4d  # noqa: E402
 
-LENGTHS = (64, 128, 256, 512, 1024)
+LENGTHS = (64, 128, 192, 256, 384, 512, 1024)
 CONFIG = s4d.S4DConfig(channels=16, state=8, layers=2)
 BATCH = 32
 

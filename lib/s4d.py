@@ -208,7 +208,7 @@ def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
     ratio_re, ratio_im = (p * alpha + q * omega) / norm, (q * alpha - p * omega) / norm
     ct_re = c_re * ratio_re - c_im * ratio_im
     ct_im = c_re * ratio_im + c_im * ratio_re
-    steps = torch.arange(length, dtype=log_dt.dtype)
+    steps = torch.arange(length, dtype=log_dt.dtype, device=log_dt.device)
     radius = torch.exp(dt[..., None] * alpha[..., None] * steps)  # (..., H, N/2, L)
     angle = turn[..., None] * steps
     terms = ct_re[..., None] * torch.cos(angle) - ct_im[..., None] * torch.sin(angle)

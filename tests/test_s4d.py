@@ -319,3 +319,18 @@ def test_logits_match_a_plain_reference(prenorm, inputs, method, gen):
 def test_cifar10_victim_is_pre_norm():
     # the Table-2 version of the authors' code passes prenorm='store_true', a true value
     assert s4d.CIFAR10_VICTIM.prenorm and not s4d.S4DConfig().prenorm
+
+
+@pytest.mark.parametrize("method", ["toeplitz", "fft"])
+def test_no_cpu_tensor_enters_a_computation_on_another_device(method, gen, monkeypatch):
+    # PyTorch's "meta" device computes shapes only and refuses any CPU tensor mixed into an op, as
+    # a GPU does: forward, backward and the attack's double backward all stay on the device
+    monkeypatch.setenv("BOOK_DEVICE", "meta")
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=2, inputs=3, prenorm=True)
+    p = {k: v.to("meta").requires_grad_() for k, v in s4d.init_params(cfg, [0, 1]).items()}
+    x = torch.randn(2, 5, 3 * 40, generator=gen).to("meta").requires_grad_()
+    out = s4d.logits(p, x, method=method)
+    assert out.device.type == "meta" and out.shape == (2, 5, 10)
+    (g,) = torch.autograd.grad(out.sum(), [p["w_pre0"]], create_graph=True)
+    (gx,) = torch.autograd.grad(g.sum(), [x])
+    assert gx.device.type == "meta" and gx.shape == x.shape
