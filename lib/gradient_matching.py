@@ -306,7 +306,7 @@ def matching_loss(
 ) -> torch.Tensor:
     """ℳ of the perturbations ``delta`` (A, P, L) of the poisons of ``brew_result`` on ``surrogate``
     (one value per attack, float64): e.g. of a random control, to compare with the attack's own.
-    ``victim`` is the surrogate's family (default: S4D)."""
+    ``victim`` is the surrogate's family (default: S4D); an ensemble gives the members' mean."""
     victim = _check_victim(victim)
     surrogate = _check_surrogate(surrogate)
     x_test = as_tensor(x_test, "x_test", ndim=2)
@@ -359,7 +359,9 @@ def brew(
     """Gradient-matching poisons for A attacks (target ``targets[a]``, class ``adversarial[a]``).
 
     ``surrogate`` is a one-run parameter dict of the family ``victim`` (default: :mod:`lib.s4d`)
-    trained on clean data; ``x_train``
+    trained on clean data, or a K-run dict: an ensemble of surrogates, whose ℳ is the mean of the
+    members' ℳ (Geiping et al. 2021, who average over an ensemble for victims retrained from
+    scratch); ``x_train``
     (n, L), ``y_train`` (n,), ``x_test`` (m, L), ``y_test`` (m,); ``targets`` test indices and
     ``adversarial`` classes (each ≠ the target's true class); ``budget`` poisons per attack, ``eps``
     the ℓ∞ bound, ``data_range`` = (lo, hi) the pixel range. Attack a poisons the training images
