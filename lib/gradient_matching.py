@@ -509,6 +509,8 @@ def retrain(victim: Victim, x_train, y_train, poison_index, delta, seeds) -> Par
     ``poison_index`` (A, P) and ``delta`` (A, P, L)) and every seed s of ``seeds`` (S of them), one
     run of ``victim`` trained on x_train with attack a's poisons appended (:func:`poisoned_sets`),
     initialized and shuffled with s. Returns A·S runs in the order (attack, seed)."""
+    if victim is None:  # no default here: the trainer's settings are the experiment's choice
+        raise ValueError("victim must be a Victim (e.g. s4d_victim(config, train)), got None")
     victim = _check_victim(victim)
     seeds = as_seeds(seeds)
     x, y = poisoned_sets(x_train, y_train, poison_index, delta)

@@ -239,5 +239,7 @@ def test_victim_interface_rejects_bad_input(setting):
         gm.runs_of({})
     with pytest.raises(ValueError, match="one entry per run"):
         gm.target_outcome(gm.s4d_victim(), surrogate, xt, yt, [t, t], [c, c])
+    with pytest.raises(ValueError, match="victim must be a Victim"):
+        gm.retrain(None, x, y, torch.tensor([[0]]), torch.zeros(1, 1, 64, dtype=DT), [0])
     with pytest.raises(ValueError, match="adversarial classes"):
         gm.target_outcome(gm.s4d_victim(), surrogate, xt, yt, [t], [10])
