@@ -76,7 +76,10 @@ class Settings:
     surrogate_seed: int = 0
     victim_seeds: tuple[int, ...] = (1,)
     seed: int = 0
-    targets_per_brew: int = 1  # targets brewed in one batched call (GPU memory grows with it)
+    # targets brewed in one batched call: a brew holds the activations of restarts × poisons per
+    # target × targets_per_brew sequences through a double backward, so its memory grows with all
+    # three (rows with many poisons per target need the most; not measured for this book)
+    targets_per_brew: int = 1
 
     def __post_init__(self):
         if self.poisons < self.targets:
