@@ -9,8 +9,9 @@ Modules, by the part of the book that uses them:
 - Part II: :mod:`lib.ssm` (diagonal state space models), :mod:`lib.extrapolation` (linear RNNs,
   GRUs) and :mod:`lib.fast_extrapolation` (its compiled flows and Adam loops), :mod:`lib.poison`
   (Theorem 1), :mod:`lib.poison_dynamics` and :mod:`lib.fast_dynamics` (the Figure-2 / Table
-  experiments and their compiled loop), :mod:`lib.s4d`, :mod:`lib.s4d_ops` (its compiled layers)
-  and :mod:`lib.gradient_matching` (poisoning on real data);
+  experiments and their compiled loop), :mod:`lib.s4d`, :mod:`lib.s4d_ops` (its compiled layers),
+  :mod:`lib.gradient_matching` (poisoning on real data, for any victim family) and
+  :mod:`lib.mlp_victim` (the positive control's victim);
 - Part III: :mod:`lib.tensor_nets` (linear tensor networks), :mod:`lib.saddles`
   (saddle-to-saddle dynamics) and :mod:`lib.fast_relu` (its compiled loops);
 - around them: :mod:`lib.viz` (plots and interactive explorations), :mod:`lib.results`
