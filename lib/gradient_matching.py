@@ -504,6 +504,33 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     return max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale)
 
 
+def wilson_by_target(success, seeds_per_target: int, z: float = 1.96) -> tuple[float, float]:
+    """A conservative 95 % interval for the success rate when the pairs share their targets.
+
+    ``success`` holds one 0/1 outcome per (target, victim seed) pair, target-major, with
+    ``seeds_per_target`` seeds per target. Pairs that share a target share its poisons, so their
+    outcomes may be correlated; counting targets instead, the lower end is Wilson's lower end for
+    the targets flipped by *every* seed and the upper end Wilson's upper end for the targets flipped
+    by *any* seed (:func:`wilson_interval`, n = the number of targets). Both counts bound the
+    per-target rate whatever the correlation within a target.
+    """
+    seeds_per_target = as_int(seeds_per_target, "seeds_per_target", minimum=1)
+    outcome = np.asarray(success)
+    if outcome.ndim != 1 or outcome.size == 0 or not np.isin(outcome, (0, 1)).all():
+        raise ValueError(
+            f"success must be a non-empty 1-D array of 0/1 outcomes, got {success!r:.60}"
+        )
+    if outcome.size % seeds_per_target:
+        raise ValueError(
+            f"{outcome.size} outcomes are not a whole number of targets of {seeds_per_target} seeds"
+        )
+    per_target = outcome.reshape(-1, seeds_per_target).astype(bool)
+    n_targets = per_target.shape[0]
+    lo, _ = wilson_interval(int(per_target.all(1).sum()), n_targets, z)
+    _, hi = wilson_interval(int(per_target.any(1).sum()), n_targets, z)
+    return lo, hi
+
+
 def retrain(victim: Victim, x_train, y_train, poison_index, delta, seeds) -> Params:
     """Victims trained from scratch on the poisoned sets: for every attack a (rows of
     ``poison_index`` (A, P) and ``delta`` (A, P, L)) and every seed s of ``seeds`` (S of them), one

@@ -124,6 +124,21 @@ def test_wilson_interval():
         gm.wilson_interval(9, 8)
 
 
+def test_wilson_by_target_is_conservative():
+    # 3 targets × 2 seeds: target 0 flipped by both seeds, target 1 by one, target 2 by none
+    success = [1, 1, 1, 0, 0, 0]
+    lo, hi = gm.wilson_by_target(success, 2)
+    assert lo == pytest.approx(gm.wilson_interval(1, 3)[0])  # flipped by every seed: 1 of 3
+    assert hi == pytest.approx(gm.wilson_interval(2, 3)[1])  # flipped by any seed: 2 of 3
+    pair_lo, pair_hi = gm.wilson_interval(3, 6)
+    assert lo <= pair_lo and hi >= pair_hi  # wider than counting the pairs as independent
+    assert gm.wilson_by_target([0] * 4, 1) == gm.wilson_interval(0, 4)  # one seed: the same
+    with pytest.raises(ValueError, match="whole number"):
+        gm.wilson_by_target([1, 0, 1], 2)
+    with pytest.raises(ValueError, match="0/1"):
+        gm.wilson_by_target([2, 0], 1)
+
+
 def test_bad_input(setting):
     surrogate, x, y, xt, yt, rng = setting
     t, c = target_and_class(yt)

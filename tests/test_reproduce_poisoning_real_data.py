@@ -1,0 +1,68 @@
+"""The pieces of benchmarks/reproduce_poisoning_real_data.py on a tiny setting (seconds)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import reproduce_poisoning_real_data as rp  # noqa: E402
+
+from lib import data, s4d  # noqa: E402
+from lib.results import _plain  # noqa: E402
+
+
+def test_draw_targets_follow_the_chapter_rule():
+    x, y, xt, yt, _ = data.digits_split()
+    predicted = yt.clone()
+    predicted[::2] = (yt[::2] + 1) % 10  # the surrogate gets every even index wrong
+    targets, adversarial = rp.draw_targets(predicted, yt, 6, seed=0)
+    assert len(set(targets)) == 6 and all(t % 2 == 1 for t in targets)
+    assert all(a != int(yt[t]) for t, a in zip(targets, adversarial, strict=True))
+    assert rp.draw_targets(predicted, yt, 6, seed=0) == (targets, adversarial)  # seeded
+    assert rp.whole_class(y) == int(torch.bincount(y).min())
+
+
+def test_settings_are_the_ones_the_chapter_states():
+    # C: the paper's attack (250 steps, best of 8 starts), 40 epochs, 16 targets × 2 seeds
+    assert (rp.PART_C.steps, rp.PART_C.restarts, rp.PART_C.epochs) == (250, 8, 40)
+    assert rp.PART_C.cells == ((40, 2.0, 16),) and len(rp.VICTIM_SEEDS) == 2
+    # B: the largest cell has at least 32 pairs
+    assert max(n for _, _, n in rp.PART_B.cells) * len(rp.VICTIM_SEEDS) >= 32
+
+
+def test_run_all_on_a_tiny_setting():
+    tiny = {
+        "C": rp.Part(steps=2, restarts=2, epochs=1, cells=((5, 2.0, 2),)),
+        "B": rp.Part(steps=2, restarts=1, epochs=1, cells=((5, 1.0, 1), (None, 4.0, 2))),
+    }
+    record = rp.run_all(tiny, seeds=[0, 3], surrogate_epochs=1, workers=0)
+    assert set(record) == {"results", "settings", "seeds"}
+    _plain(record)  # JSON-ready
+    results, settings = record["results"], record["settings"]
+    assert settings["parts"]["C"]["restarts"] == 2 and record["seeds"]["victims"] == [0, 3]
+    c_cell = results["C"]["cells"][0]
+    assert c_cell["n_pairs"] == 4 and c_cell["budget"] == 5 and not c_cell["whole_class"]
+    for arm in rp.ARMS:
+        outcome = c_cell["arms"][arm]
+        assert len(outcome["success"]) == 4 and len(outcome["p_adv"]) == 4
+        assert set(np.unique(outcome["success"])) <= {0, 1}
+        assert np.all((outcome["p_adv"] >= 0) & (outcome["p_adv"] <= 1))
+    assert len(c_cell["arms"]["regularized"]["restart_losses"][0]) == 2
+    assert len(c_cell["clean"]["success"]) == 4
+    whole = results["B"]["cells"][1]
+    assert whole["whole_class"] and whole["budget"] == settings["whole_class"]
+    # the cells share the target pool: a smaller cell takes its first targets
+    assert results["B"]["cells"][0]["targets"] == c_cell["targets"][:1]
+
+
+def test_run_cell_rejects_a_budget_larger_than_the_class():
+    x, y, xt, yt, rng = data.digits_split()
+    surrogate = s4d.init_params(rp.MODEL, [0])
+    part = rp.Part(steps=1, restarts=1, epochs=1, cells=())
+    with pytest.raises(ValueError, match="budget"):
+        rp.run_cell(
+            surrogate, x, y, xt, yt, [0], [(int(yt[0]) + 1) % 10], 10_000, 0.1, rng, part, [0]
+        )
