@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import time
 
 import numpy as np
 import torch
@@ -188,7 +189,11 @@ def run_part(part: Part, surrogate, clean_by_epochs, data_split, seeds, target_p
 def _part(args) -> tuple[str, dict]:
     name, part, surrogate, clean, data_split, seeds, pool = args
     torch.set_num_threads(1)
-    return name, run_part(part, surrogate, clean, data_split, seeds, pool)
+    start, cpu = time.perf_counter(), time.process_time()
+    record = run_part(part, surrogate, clean, data_split, seeds, pool)
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return name, record
 
 
 def prepare(parts: dict[str, Part], seeds, surrogate_epochs: int, max_targets: int):
@@ -226,9 +231,11 @@ def run_all(
     seeds = list(VICTIM_SEEDS if seeds is None else seeds)
     max_targets = max(n for p in parts.values() for _, _, n in p.cells)
     torch.set_num_threads(1)
+    start = time.perf_counter()
     data_split, surrogate, clean, pool, record = prepare(
         parts, seeds, surrogate_epochs, max_targets
     )
+    record["prepare_seconds"] = time.perf_counter() - start
     jobs = [(n, p, surrogate, clean, data_split, seeds, pool) for n, p in parts.items()]
     if workers:
         with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as ex:

@@ -45,6 +45,7 @@ def test_run_all_on_a_tiny_setting():
     assert settings["parts"]["C"]["restarts"] == 2 and record["seeds"]["victims"] == [0, 3]
     c_cell = results["C"]["cells"][0]
     assert c_cell["n_pairs"] == 4 and c_cell["budget"] == 5 and not c_cell["whole_class"]
+    assert results["C"]["seconds"] > 0 and results["B"]["cpu_seconds"] > 0
     for arm in rp.ARMS:
         outcome = c_cell["arms"][arm]
         assert len(outcome["success"]) == 4 and len(outcome["p_adv"]) == 4
