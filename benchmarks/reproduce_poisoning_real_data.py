@@ -1,6 +1,7 @@
 """The long runs behind the poisoning-real-data chapter (see benchmarks/reproduce.py).
 
-Two parts, run side by side in two single-threaded processes (about twelve minutes each):
+Three parts, in two single-threaded processes (C on one core, about 14 minutes of CPU; B and then
+the MLP line on the other, about 11):
 
 - **C, the paper's attack budget** at the chapter's dose (40 poisons per target, ε = 2 gray
   levels): the best of 8 random starts of 250 signed-Adam steps, as the paper ran it, against S4D
@@ -10,10 +11,12 @@ Two parts, run side by side in two single-threaded processes (about twelve minut
   that is as many poisons as the smallest class has training images) and ε (1, 2 and 4 gray
   levels), the same three arms, with a lighter attack (the best of 2 starts of 100 steps) and
   victims trained for 20 epochs; the largest cell (the whole class at 4 gray levels) has 32 pairs,
-  the others 4 targets × 2 seeds = 8.
+  the others 4 targets × 2 seeds = 8;
+- **the positive control's line**: the same grid and attack against the chapter's MLP (its own
+  surrogate and targets), 16 targets × 2 seeds = 32 pairs in every cell (about a minute).
 
-The surrogate (seed 100) and the clean victims are trained once, before the two parts. Every
-network is the chapter's S4D (16 channels, 2 layers, state 8), trained with the chapter's AdamW
+The S4D surrogate (seed 100) and the clean victims are trained once, before the parts. Every S4D
+network is the chapter's (16 channels, 2 layers, state 8), trained with the chapter's AdamW
 (batch 32, learning rate 0.03). Targets are test images the surrogate classifies correctly, each
 with a random adversarial class; one attack per target, poisons appended to the clean set.
 """
@@ -27,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from lib import data, s4d
+from lib import data, mlp_victim, s4d
 from lib import gradient_matching as gm
 
 MODEL = s4d.S4DConfig(channels=16, state=8, layers=2)
@@ -49,6 +52,7 @@ class Part:
     restarts: int
     epochs: int
     cells: tuple[tuple[int | None, float, int], ...]
+    victim: str = "S4D"  # or "MLP": the positive control's family (lib.mlp_victim)
 
 
 PART_C = Part(steps=250, restarts=8, epochs=40, cells=((40, 2.0, 16),))
@@ -61,7 +65,27 @@ PART_B = Part(
         (None, 1.0, 4), (None, 2.0, 4), (None, 4.0, 16),
     ),
 )  # fmt: skip
+# The positive control's MLP (the chapter's §7.4: 32 hidden units, AdamW, 30 epochs of 64, lr
+# 0.01) under the dose-response's attack, 16 targets × 2 seeds in every cell: cheap enough for all.
+MLP_MODEL = mlp_victim.MLPConfig(hidden=32)
+PART_MLP = Part(
+    steps=100,
+    restarts=2,
+    epochs=30,
+    cells=tuple((b, e, 16) for b in (40, None) for e in (1.0, 2.0, 4.0)),
+    victim="MLP",
+)
 SURROGATE_EPOCHS = 40
+
+
+def family(part: Part):
+    """The victim family of ``part`` as (Victim, accuracy function), trained for its epochs."""
+    if part.victim == "S4D":
+        return gm.s4d_victim(MODEL, train_config(part.epochs)), s4d.accuracy
+    if part.victim == "MLP":
+        config = mlp_victim.TrainConfig(epochs=part.epochs, batch=64, lr=1e-2)
+        return mlp_victim.victim(MLP_MODEL, config), mlp_victim.accuracy
+    raise ValueError(f"victim must be 'S4D' or 'MLP', got {part.victim!r}")
 
 
 def train_config(epochs: int) -> s4d.TrainConfig:
@@ -108,16 +132,28 @@ def run_cell(
         gm.AttackConfig(steps=part.steps, restarts=part.restarts, reg_factor=r, row_length=ROW)
         for r in (REG_FACTOR, 0.0)
     ]
+    victim, accuracy = family(part)
     regularized, unregularized = gm.brew(
-        surrogate, x, y, xt, yt, targets, adversarial, budget, eps, data_range, configs, seed=seed
+        surrogate,
+        x,
+        y,
+        xt,
+        yt,
+        targets,
+        adversarial,
+        budget,
+        eps,
+        data_range,
+        configs,
+        seed=seed,
+        victim=victim,
     )
     index = regularized.poison_index
     deltas = {"regularized": regularized.delta, "unregularized": unregularized.delta}
     deltas["random"] = gm.random_perturbations(
         x[index], regularized.delta, eps, data_range, seed=seed + 1
     )
-    match_random = gm.matching_loss(surrogate, xt, regularized, x, deltas["random"])
-    victim = gm.s4d_victim(MODEL, train_config(part.epochs))
+    match_random = gm.matching_loss(surrogate, xt, regularized, x, deltas["random"], victim=victim)
     all_index = torch.cat([index] * len(ARMS))
     all_delta = torch.cat([deltas[a] for a in ARMS])
     params = gm.retrain(victim, x, y, all_index, all_delta, seeds)
@@ -127,10 +163,10 @@ def run_cell(
     out = gm.target_outcome(victim, params, xt, yt, pair_t * len(ARMS), pair_a * len(ARMS))
     x_fit, y_fit = gm.poisoned_sets(x, y, all_index, all_delta)
     runs = len(seeds)
-    fit = s4d.accuracy(
+    fit = accuracy(
         params, x_fit.repeat_interleave(runs, 0), y_fit.repeat_interleave(runs, 0)
     ).numpy()
-    held_out = s4d.accuracy(params, xt, yt).numpy()
+    held_out = accuracy(params, xt, yt).numpy()
     cell = {"targets": targets, "adversarial": adversarial, "n_pairs": n_pairs, "arms": {}}
     for i, arm in enumerate(ARMS):
         part_slice = slice(i * n_pairs, (i + 1) * n_pairs)
@@ -190,10 +226,29 @@ def _part(args) -> tuple[str, dict]:
     name, part, surrogate, clean, data_split, seeds, pool = args
     torch.set_num_threads(1)
     start, cpu = time.perf_counter(), time.process_time()
-    record = run_part(part, surrogate, clean, data_split, seeds, pool)
+    extra = {}
+    if part.victim == "MLP":  # its own surrogate, clean victims and targets (those it gets right)
+        surrogate, clean, pool, extra = prepare_mlp(part, data_split, seeds)
+    record = run_part(part, surrogate, clean, data_split, seeds, pool) | extra
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu
     return name, record
+
+
+def prepare_mlp(part: Part, data_split, seeds):
+    """The MLP surrogate (seed 100), its clean victims and its target pool, as for S4D."""
+    x, y, xt, yt, _ = data_split
+    victim, accuracy = family(part)
+    surrogate = victim.train(x, y, [SURROGATE_SEED])
+    clean = {part.epochs: victim.train(x, y, seeds)}
+    max_targets = max(n for _, _, n in part.cells)
+    pool = draw_targets(mlp_victim.predict(surrogate, xt)[0], yt, max_targets, TARGET_SEED)
+    record = {
+        "surrogate_train_accuracy": accuracy(surrogate, x, y),
+        "clean_train_accuracy": accuracy(clean[part.epochs], x, y),
+        "clean_held_out_accuracy": accuracy(clean[part.epochs], xt, yt),
+    }
+    return surrogate, clean, pool, record
 
 
 def prepare(parts: dict[str, Part], seeds, surrogate_epochs: int, max_targets: int):
@@ -202,7 +257,7 @@ def prepare(parts: dict[str, Part], seeds, surrogate_epochs: int, max_targets: i
     x, y, xt, yt, _ = data_split
     surrogate = s4d.train(MODEL, x, y, [SURROGATE_SEED], train_config(surrogate_epochs))
     clean = {}
-    for epochs in sorted({p.epochs for p in parts.values()}):
+    for epochs in sorted({p.epochs for p in parts.values() if p.victim == "S4D"}):
         clean[epochs] = s4d.train(MODEL, x, y, seeds, train_config(epochs))
     predicted = s4d.predict(surrogate, xt)[0]
     pool = draw_targets(predicted, yt, max_targets, TARGET_SEED)
@@ -227,9 +282,11 @@ def run_all(
     workers: int = 2,
 ) -> dict:
     """Both parts (or ``parts``), in ``workers`` processes (0: in this process)."""
-    parts = {"C": PART_C, "B": PART_B} if parts is None else parts
+    parts = {"C": PART_C, "B": PART_B, "MLP": PART_MLP} if parts is None else parts
     seeds = list(VICTIM_SEEDS if seeds is None else seeds)
-    max_targets = max(n for p in parts.values() for _, _, n in p.cells)
+    max_targets = max(
+        [n for p in parts.values() if p.victim == "S4D" for _, _, n in p.cells], default=1
+    )
     torch.set_num_threads(1)
     start = time.perf_counter()
     data_split, surrogate, clean, pool, record = prepare(

@@ -59,6 +59,16 @@ def test_run_all_on_a_tiny_setting():
     assert results["B"]["cells"][0]["targets"] == c_cell["targets"][:1]
 
 
+def test_the_mlp_line_uses_its_own_surrogate_and_targets():
+    tiny = {"MLP": rp.Part(steps=2, restarts=1, epochs=1, cells=((5, 4.0, 2),), victim="MLP")}
+    record = rp.run_all(tiny, seeds=[0], surrogate_epochs=1, workers=0)
+    mlp = record["results"]["MLP"]
+    assert mlp["cells"][0]["n_pairs"] == 2 and len(mlp["clean_held_out_accuracy"]) == 1
+    assert record["settings"]["parts"]["MLP"]["victim"] == "MLP"
+    with pytest.raises(ValueError, match="victim"):
+        rp.family(rp.Part(steps=1, restarts=1, epochs=1, cells=(), victim="CNN"))
+
+
 def test_run_cell_rejects_a_budget_larger_than_the_class():
     x, y, xt, yt, rng = data.digits_split()
     surrogate = s4d.init_params(rp.MODEL, [0])
