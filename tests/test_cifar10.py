@@ -49,7 +49,8 @@ def test_the_authors_reading_is_the_memory_order_and_pixels_are_rgb_steps():
     pixel = np.arange(1024) % 100
     image = np.concatenate([pixel, pixel + 100, pixel + 200]).astype(np.uint8)[None]
     authors = data.cifar10_sequences(image, "authors").reshape(1024, 3)
-    # step p = memory entries 3p, 3p + 1, 3p + 2 (what x.view(B, 1024, 3) reads), no permute
+    # step p = memory entries 3p, 3p + 1, 3p + 2 (what x.view(B, 1024, 3) reads), no permute; a pure
+    # reordering of integers, so exact equality
     np.testing.assert_array_equal(authors.reshape(-1), image[0])
     assert authors[0].tolist() == [0, 1, 2] and authors[341].tolist() == [23, 100, 101]
     pixels = data.cifar10_sequences(image, "pixels").reshape(1024, 3)
