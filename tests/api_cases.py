@@ -1,7 +1,13 @@
 """Every public function of ``lib`` with one small valid call, and the bad inputs to try on it.
 
 Shared by the property-based fuzz test (``tests/test_fuzz_api.py``) and the measurement script
-``benchmarks/bad_inputs.py``. A :class:`Case` names a callable, its arguments with one valid value
+``benchmarks/bad_inputs.py``. The table is split by module so that several people can add cases at
+once: this file holds the machinery (:class:`Arg`, :class:`Case`, the bad inputs, the outcome
+classes) and the cases of the engine and Part I–II modules; every module ``tests/api_cases_*.py``
+that defines ``cases() -> list[Case]`` adds its own, and :func:`build_cases` collects them all (a
+case there whose name is already in this file replaces this file's one).
+
+A :class:`Case` names a callable, its arguments with one valid value
 each and a *kind* per argument (which decides the bad inputs tried), and optionally an *oracle*
 that recognizes a correct answer by an independent computation.
 
@@ -23,9 +29,12 @@ answer":
 from __future__ import annotations
 
 import dataclasses
+import glob
+import importlib
 import math
 import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -359,6 +368,53 @@ def _mlp_params(runs=2, d=3, hidden=2):
 
 
 def build_cases() -> list[Case]:
+    """Every case: this file's, then those of each ``tests/api_cases_*.py`` (sorted by file name).
+
+    The other files are imported here, not at the top, because they import this module. Two cases
+    of the same name in two of those files are an error; one that repeats a name of this file's
+    table replaces it.
+    """
+    cases = {case.name: case for case in _own_cases()}
+    seen: dict[str, str] = {}
+    for module_name in case_modules():
+        module = importlib.import_module(module_name)
+        for case in module.cases():
+            if case.name in seen:
+                where = f"{seen[case.name]} and {module_name}"
+                raise ValueError(f"case {case.name!r} is defined twice: in {where}")
+            seen[case.name] = module_name
+            cases[case.name] = case
+    return list(cases.values())
+
+
+def case_modules() -> list[str]:
+    """The names of the modules ``tests/api_cases_*.py`` next to this file, sorted."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    paths = sorted(glob.glob(os.path.join(here, "api_cases_*.py")))
+    return [os.path.splitext(os.path.basename(path))[0] for path in paths]
+
+
+def fresh(generator):
+    """A copy of a random generator in its current state (for the other case files)."""
+    return _fresh(generator)
+
+
+_AXES = None
+
+
+def axes():
+    """One shared matplotlib Axes for the plotting cases (created on first use)."""
+    global _AXES
+    if _AXES is None:
+        import matplotlib.pyplot as plt
+
+        _AXES = plt.subplots()[1]
+    return _AXES
+
+
+def _own_cases() -> list[Case]:
     a, b, c = t(0.5, -0.3, 0.2), t(1.0, 0.5, -1.0), t(0.3, 1.0, 2.0)
     x = torch.linspace(-1, 1, 20, dtype=DT).reshape(4, 5)
     y = t(1.0, -1.0, 0.5, 0.0)
