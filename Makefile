@@ -10,6 +10,7 @@
 #   make grade     grade every .ipynb in SUBMISSIONS=<folder> with otter-grader: <folder>/grades.csv
 #   make lint      ruff over the Python code
 #   make bench     time the chapters (default and full scale) and the library's hot paths
+#   make ledger    execute every chapter and commit what it reproduces to book/results/ledger.json
 #   make reproduce recompute the committed long-run results book/results/*.json (CHAPTERS=... for some)
 #   make clean     remove build outputs (keeps .venv)
 #   make lock      regenerate requirements-lock.txt from the ranges in pyproject.toml
@@ -23,10 +24,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NBTEST := .nbtest
+LEDGER_DIR := _build/ledger
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: help venv setup vendor test test-portable full book site-test student grade lint bench reproduce clean lock
+.PHONY: help venv setup vendor test test-portable full book site-test student grade lint bench ledger reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -43,7 +45,7 @@ $(STAMP): requirements-lock.txt pyproject.toml
 # nbmake (which skips every path with a "_build" part, hence the scratch folder). $(1): the
 # timeout of a cell in seconds.
 define run-chapters
-rm -rf $(NBTEST)
+rm -rf $(NBTEST) $(LEDGER_DIR)
 mkdir -p $(NBTEST)
 for src in $$($(BIN)/python tools/chapters.py --notebooks); do \
   name=$$(basename "$${src%.*}"); \
@@ -60,6 +62,14 @@ endef
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -q
 	$(call run-chapters,300)
+	$(BIN)/python tools/ledger.py check
+
+# The reproductions ledger (lib/ledger.py): every chapter records the papers' numbers it recomputes
+# into $(LEDGER_DIR) as it executes; `make ledger` commits them, `make test` and `make book` check
+# their own run against the committed file.
+ledger: $(STAMP)
+	$(call run-chapters,300)
+	$(BIN)/python tools/ledger.py write
 
 # Every chapter at BOOK_SCALE=full (the two chapters with a larger setting use it), with each chapter's time (not in CI:
 # about five minutes on 2 cores; make bench prints both scales side by side).
@@ -99,7 +109,9 @@ test-portable: $(STAMP)
 	OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 $(PORTABLE_PYTEST)
 
 book: $(STAMP) $(MATHJAX)
+	rm -rf $(LEDGER_DIR)
 	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
+	$(BIN)/python tools/ledger.py check
 	@echo "The book is in _build/html/index.html"
 
 # Every page of the built book in headless Chromium (Debian's; installed with apt-get when missing

@@ -1,0 +1,55 @@
+"""The reproductions ledger from the command line (lib/ledger.py explains the ledger).
+
+Usage::
+
+    python tools/ledger.py write   # collect _build/ledger/*.json into book/results/ledger.json
+    python tools/ledger.py check   # compare _build/ledger/*.json with book/results/ledger.json
+
+``make ledger`` executes every chapter and runs ``write``; ``make test`` and ``make book`` execute
+every chapter and run ``check``, which fails (exit status 1) with one line per moved number,
+changed status, missing or new entry, each naming its chapter and entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lib import ledger  # noqa: E402  (after the path is set)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("write", "check"))
+    args = parser.parse_args(argv)
+    fresh = ledger.collect()
+    if not fresh:
+        print(f"ledger: no entries in {ledger.ledger_dir()}: execute the chapters first")
+        return 1
+    if args.command == "write":
+        path = ledger.save(fresh)
+        total = sum(len(d["entries"]) for d in fresh.values())
+        print(f"ledger: wrote {total} entries of {len(fresh)} chapters to {path}")
+        return 0
+    committed = ledger.load()
+    problems = ledger.compare(fresh, committed)
+    problems += [
+        f"{chapter}: its entries are committed but the chapter recorded none in this run"
+        for chapter in sorted(set(committed) - set(fresh))
+    ]
+    if problems:
+        print("ledger: the chapters' reproduced numbers differ from book/results/ledger.json:")
+        print("\n".join(f"  {line}" for line in problems))
+        print("If the change is intended, run `make ledger` and commit book/results/ledger.json.")
+        return 1
+    total = sum(len(d["entries"]) for d in fresh.values())
+    print(f"ledger: {total} entries of {len(fresh)} chapters agree with book/results/ledger.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
