@@ -42,11 +42,11 @@ _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 #: The five papers the book reproduces: bibliography key -> how the page names it.
 PAPERS = {
-    "elkabetz2021continuous": "Elkabetz & Cohen (2021), Continuous vs. discrete optimization of deep neural networks",
-    "cohenkarlik2023learning": "Cohen-Karlik et al. (2023), Learning low dimensional state spaces with overparameterized recurrent neural nets",
-    "slutzky2025implicit": "Slutzky et al. (2025), The implicit bias of structured state space models can be poisoned with clean labels",
-    "yun2021unifying": "Yun, Krishnan & Mobahi (2021), A unifying view on implicit bias in training linear neural networks",
-    "bantzis2025saddle": "Bantzis, Simon & Jacot (2025), Saddle-to-saddle dynamics in deep ReLU networks",
+    "elkabetz2021continuous": "Elkabetz & Cohen (2021): continuous vs. discrete optimization",
+    "cohenkarlik2023learning": "Cohen-Karlik et al. (2023): learning low dimensional state spaces",
+    "slutzky2025implicit": "Slutzky et al. (2025): clean-label poisoning of SSMs' implicit bias",
+    "yun2021unifying": "Yun, Krishnan & Mobahi (2021): a unifying view of linear networks",
+    "bantzis2025saddle": "Bantzis, Simon & Jacot (2025): saddle-to-saddle dynamics",
 }
 STATUSES = ("reproduced", "differs", "not reproduced")
 
@@ -174,11 +174,12 @@ def record(
 ) -> str:
     """Record one reproduced number of a paper; return its status.
 
-    ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one of
-    :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's number,
-    or ``(low, high)`` when the paper states an interval; ``ours``: one number (then ``tol``, the
-    absolute tolerance of agreement, is required, e.g. half a unit of the paper's last printed digit)
-    or one number per seed; ``section``: the label of the chapter's section that computes it;
+    ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one
+    of :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
+    number, or ``(low, high)`` when the paper states an interval; ``ours``: one number (then
+    ``tol``, the absolute tolerance of agreement, is required, e.g. half a unit of the paper's
+    last printed digit) or one number per seed; ``section``: the label of the chapter's section
+    that computes it;
     ``setting``: how our setting differs from the paper's, if it does; ``reason`` and ``explain``
     (a label): why the numbers differ and where the chapter shows it, given together; ``note``: any
     other remark for the table.
@@ -213,7 +214,9 @@ def record(
     if section is None:
         raise ValueError("section (the label of the section that computes the number) is required")
     if (reason is None) != (explain is None):
-        raise ValueError("reason and explain go together: a one-line reason and the label that shows it")
+        raise ValueError(
+            "reason and explain go together: a one-line reason and the label that shows it"
+        )
     entry = {
         "paper": paper, "item": item, "paper_value": paper_value, "ours": summary, "tol": tol,
         "section": section, "setting": _text(setting, "setting", optional=True),
@@ -323,7 +326,8 @@ def ours_text(ours: dict) -> str:
     """Our value as the page shows it: the exact value, or median [q1, q3] (n seeds)."""
     if "value" in ours:
         return number(ours["value"])
-    return f"{number(ours['median'])} [{number(ours['q1'])}, {number(ours['q3'])}] ({ours['n']} seeds)"
+    spread = f"{number(ours['median'])} [{number(ours['q1'])}, {number(ours['q3'])}]"
+    return f"{spread} ({ours['n']} seeds)"
 
 
 def paper_text(entry: dict) -> str:
