@@ -310,22 +310,24 @@ def compare(fresh: dict, committed: dict) -> list[str]:
 # The appendix page
 
 
-def number(x: float) -> str:
-    """A number for a table: three significant digits, powers of ten in LaTeX when small or big."""
+def number(x: float, digits: int = 3) -> str:
+    """A number for a table: ``digits`` significant digits, powers of ten in LaTeX when small or
+    big (1.27 × 10⁻³, never 1.27e-03)."""
     if x == 0:
         return "0"
     if x == int(x) and abs(x) < 1e6:
         return f"{int(x)}"
     if 1e-2 <= abs(x) < 1e4:
-        return f"{x:.3g}"
-    mantissa, exponent = f"{x:.2e}".split("e")
+        return f"{x:.{digits}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
     return rf"${mantissa} \times 10^{{{int(exponent)}}}$"
 
 
 def ours_text(ours: dict) -> str:
-    """Our value as the page shows it: the exact value, or median [q1, q3] (n seeds)."""
+    """Our value as the page shows it: the exact value (one digit more than the paper's usual
+    three), or median [q1, q3] (n seeds)."""
     if "value" in ours:
-        return number(ours["value"])
+        return number(ours["value"], digits=4)
     spread = f"{number(ours['median'])} [{number(ours['q1'])}, {number(ours['q3'])}]"
     return f"{spread} ({ours['n']} seeds)"
 

@@ -25,29 +25,31 @@ from lib import ledger  # noqa: E402  (after the path is set)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("write", "check"))
+    parser.add_argument("--committed", type=Path, default=ledger.LEDGER_PATH,
+                        help="the committed ledger (default: %(default)s)")
     args = parser.parse_args(argv)
     fresh = ledger.collect()
     if not fresh:
         print(f"ledger: no entries in {ledger.ledger_dir()}: execute the chapters first")
         return 1
     if args.command == "write":
-        path = ledger.save(fresh)
+        path = ledger.save(fresh, args.committed)
         total = sum(len(d["entries"]) for d in fresh.values())
         print(f"ledger: wrote {total} entries of {len(fresh)} chapters to {path}")
         return 0
-    committed = ledger.load()
+    committed = ledger.load(args.committed)
     problems = ledger.compare(fresh, committed)
     problems += [
         f"{chapter}: its entries are committed but the chapter recorded none in this run"
         for chapter in sorted(set(committed) - set(fresh))
     ]
     if problems:
-        print("ledger: the chapters' reproduced numbers differ from book/results/ledger.json:")
+        print(f"ledger: the chapters' reproduced numbers differ from {args.committed}:")
         print("\n".join(f"  {line}" for line in problems))
         print("If the change is intended, run `make ledger` and commit book/results/ledger.json.")
         return 1
     total = sum(len(d["entries"]) for d in fresh.values())
-    print(f"ledger: {total} entries of {len(fresh)} chapters agree with book/results/ledger.json")
+    print(f"ledger: {total} entries of {len(fresh)} chapters agree with {args.committed}")
     return 0
 
 
