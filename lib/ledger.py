@@ -115,7 +115,7 @@ def _text(value, name: str, *, optional: bool = False) -> str | None:
     return value.strip()
 
 
-def summarize(ours) -> dict:
+def _summarize(ours) -> dict:
     """Our side of an entry: ``{"value": x}`` for one number, else the spread over seeds.
 
     The spread of ``n >= 2`` values: median, first and third quartiles (numpy's linear
@@ -143,7 +143,7 @@ def summarize(ours) -> dict:
     return {"value": _real(ours, "ours")}
 
 
-def status_of(ours: dict, paper_value, tol: float | None, explained: bool) -> str:
+def _status(ours: dict, paper_value, tol: float | None, explained: bool) -> str:
     """The entry's status from the numbers (module docstring); ``explained``: a reason is given."""
     centre = ours.get("value", ours.get("median"))
     if isinstance(paper_value, list):  # the paper gives an interval: ours must fall in it
@@ -199,7 +199,7 @@ def record(
             raise ValueError(f"paper_value interval must have low <= high, got {paper_value}")
     else:
         paper_value = _real(paper_value, "paper_value")
-    summary = summarize(ours)
+    summary = _summarize(ours)
     if "value" in summary and not isinstance(paper_value, list):
         if tol is None:
             raise ValueError("an exact value needs tol, the absolute tolerance of agreement")
@@ -223,7 +223,7 @@ def record(
         "reason": _text(reason, "reason", optional=True), "explain": explain,
         "note": _text(note, "note", optional=True),
     }
-    entry["status"] = status_of(summary, paper_value, tol, reason is not None)
+    entry["status"] = _status(summary, paper_value, tol, reason is not None)
     path = _path(_chapter)
     entries = json.loads(path.read_text())["entries"] if path.exists() else {}
     if key in entries:
@@ -233,9 +233,49 @@ def record(
     return entry["status"]
 
 
+_ENTRY_FIELDS = {"paper", "item", "paper_value", "ours", "tol", "section", "status"}
+
+
+def _check_entries(ledger: object, name: str) -> dict:
+    """``{chapter: {key: entry}}`` with the fields :func:`record` writes, else a ValueError."""
+    if not isinstance(ledger, dict):
+        raise ValueError(f"{name} must be a dict {{chapter: {{key: entry}}}}, got {ledger!r:.60}")
+    for chapter, entries in ledger.items():
+        if not isinstance(entries, dict):
+            raise ValueError(f"{name}[{chapter!r}] must be a dict of entries, got {entries!r:.60}")
+        for key, entry in entries.items():
+            if not isinstance(entry, dict) or not _ENTRY_FIELDS <= set(entry):
+                raise ValueError(
+                    f"{name}[{chapter!r}][{key!r}] must be an entry with fields "
+                    f"{sorted(_ENTRY_FIELDS)}, got {entry!r:.80}"
+                )
+            if entry["status"] not in STATUSES or entry["paper"] not in PAPERS:
+                raise ValueError(f"{name}[{chapter!r}][{key!r}] has an unknown status or paper")
+    return ledger
+
+
+def _check_run(fresh: object) -> dict:
+    """``{chapter: {"chapter", "scale", "entries"}}`` as :func:`collect` returns it."""
+    if not isinstance(fresh, dict) or not all(
+        isinstance(d, dict) and {"scale", "entries"} <= set(d) for d in fresh.values()
+    ):
+        raise ValueError(
+            f"fresh must be what collect() returns, {{chapter: {{'scale', 'entries'}}}}, "
+            f"got {fresh!r:.80}"
+        )
+    _check_entries({c: d["entries"] for c, d in fresh.items()}, "fresh")
+    return fresh
+
+
+def _check_path(path: object, name: str) -> Path:
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise ValueError(f"{name} must be a path, got {path!r:.60}")
+    return Path(path)
+
+
 def collect(directory: Path | None = None) -> dict:
     """Every chapter's entries written in ``directory`` (default :func:`ledger_dir`), by chapter."""
-    directory = Path(directory) if directory is not None else ledger_dir()
+    directory = _check_path(directory, "directory") if directory is not None else ledger_dir()
     chapters = {}
     for path in sorted(directory.glob("*.json")):
         data = json.loads(path.read_text())
@@ -245,6 +285,8 @@ def collect(directory: Path | None = None) -> dict:
 
 def save(chapters: dict, path: Path = LEDGER_PATH) -> Path:
     """Write the committed ledger (``make ledger``): entries by chapter, default scale only."""
+    _check_run(chapters)
+    path = _check_path(path, "path")
     wrong = sorted(c for c, d in chapters.items() if d["scale"] != "fast")
     if wrong:
         raise ValueError(f"the committed ledger holds the default scale; {wrong} ran at another")
@@ -255,9 +297,10 @@ def save(chapters: dict, path: Path = LEDGER_PATH) -> Path:
 
 def load(path: Path = LEDGER_PATH) -> dict:
     """The committed ledger: ``{chapter: {key: entry}}``."""
-    if not Path(path).exists():
+    path = _check_path(path, "path")
+    if not path.is_file():
         raise ValueError(f"no committed ledger at {path}; run `make ledger`")
-    return json.loads(Path(path).read_text())
+    return _check_entries(json.loads(path.read_text()), str(path))
 
 
 def _numbers_differ(fresh, committed) -> bool:
@@ -275,6 +318,8 @@ def compare(fresh: dict, committed: dict) -> list[str]:
     problem, naming the chapter and the entry: a committed entry missing, a new entry not committed,
     a status changed, a number moved by more than :data:`COMPARE_RTOL`.
     """
+    _check_run(fresh)
+    _check_entries(committed, "committed")
     problems = []
     for chapter, data in sorted(fresh.items()):
         if data["scale"] != "fast":
@@ -310,7 +355,7 @@ def compare(fresh: dict, committed: dict) -> list[str]:
 # The appendix page
 
 
-def number(x: float, digits: int = 3) -> str:
+def _number(x: float, digits: int = 3) -> str:
     """A number for a table: ``digits`` significant digits, powers of ten in LaTeX when small or
     big (1.27 × 10⁻³, never 1.27e-03)."""
     if x == 0:
@@ -323,22 +368,22 @@ def number(x: float, digits: int = 3) -> str:
     return rf"${mantissa} \times 10^{{{int(exponent)}}}$"
 
 
-def ours_text(ours: dict) -> str:
+def _ours_text(ours: dict) -> str:
     """Our value as the page shows it: the exact value (one digit more than the paper's usual
     three), or median [q1, q3] (n seeds)."""
     if "value" in ours:
-        return number(ours["value"], digits=4)
-    spread = f"{number(ours['median'])} [{number(ours['q1'])}, {number(ours['q3'])}]"
+        return _number(ours["value"], digits=4)
+    spread = f"{_number(ours['median'])} [{_number(ours['q1'])}, {_number(ours['q3'])}]"
     return f"{spread} ({ours['n']} seeds)"
 
 
-def paper_text(entry: dict) -> str:
+def _paper_text(entry: dict) -> str:
     value = entry["paper_value"]
     if isinstance(value, list):
-        return f"{number(value[0])} to {number(value[1])}"
+        return f"{_number(value[0])} to {_number(value[1])}"
     if entry["tol"] is not None:
-        return f"{number(value)} (± {number(entry['tol'])})"
-    return number(value)
+        return f"{_number(value)} (± {_number(entry['tol'])})"
+    return _number(value)
 
 
 def _cell(text: str | None) -> str:
@@ -351,6 +396,7 @@ def page_markdown(ledger: dict) -> str:
     Each entry links to its chapter (``{doc}``, the chapter's title) and to the section that
     computes it (``{ref}``, the section's title); a page in ``book/`` renders it.
     """
+    _check_entries(ledger, "ledger")
     rows = [(chapter, key, entry) for chapter, entries in ledger.items()
             for key, entry in entries.items()]
     counts = {s: sum(e["status"] == s for _, _, e in rows) for s in STATUSES}
@@ -378,9 +424,7 @@ def page_markdown(ledger: dict) -> str:
             extras = [s for s in (entry["setting"], entry["note"]) if s]
             item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
             where = f"{{doc}}`{chapter}`, {{ref}}`{entry['section']}`"
-            lines.append(
-                f"| {_cell(item)} | {_cell(paper_text(entry))} | {_cell(ours_text(entry['ours']))} "
-                f"| {_cell(status)} | {where} |"
-            )
+            cells = (item, _paper_text(entry), _ours_text(entry["ours"]), status)
+            lines.append("| " + " | ".join(map(_cell, cells)) + f" | {where} |")
         lines.append("")
     return "\n".join(lines)
