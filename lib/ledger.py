@@ -8,7 +8,8 @@ chapter that computes it, and a **status computed from the numbers**:
 
 * ``reproduced``: the paper's value lies inside our interquartile range (many seeds), or within the
   stated tolerance of our exact value; when the paper gives an interval (``(low, high)``, e.g. "the
-  transition lies between k = 18 and 20"), our value (median) lies inside it;
+  transition lies between k = 18 and 20", or a bound, ``(low, None)``), our exact value lies inside
+  it, or our interquartile range meets it;
 * ``differs``: it does not, and the chapter explains why (a one-line ``reason`` and the label of the
   paragraph that shows it, ``explain``);
 * ``not reproduced``: it does not, and the chapter gives no explanation.
@@ -145,10 +146,12 @@ def _summarize(ours) -> dict:
 
 def _status(ours: dict, paper_value, tol: float | None, explained: bool) -> str:
     """The entry's status from the numbers (module docstring); ``explained``: a reason is given."""
-    centre = ours.get("value", ours.get("median"))
-    if isinstance(paper_value, list):  # the paper gives an interval: ours must fall in it
-        low, high = paper_value
-        agrees = low <= centre <= high
+    if isinstance(paper_value, list):  # the paper gives an interval (None: unbounded side)
+        low = -math.inf if paper_value[0] is None else paper_value[0]
+        high = math.inf if paper_value[1] is None else paper_value[1]
+        # one value inside it; a spread whose interquartile range meets it
+        agrees = (low <= ours["value"] <= high if "value" in ours
+                  else ours["q1"] <= high and low <= ours["q3"])
     elif "value" in ours:
         agrees = abs(ours["value"] - paper_value) <= tol
     else:
@@ -192,10 +195,13 @@ def record(
         raise ValueError(f"paper must be one of {sorted(PAPERS)}, got {paper!r}")
     item = _text(item, "item")
     if isinstance(paper_value, (tuple, list)):
-        if len(paper_value) != 2:
-            raise ValueError(f"an interval paper_value is (low, high), got {paper_value!r}")
-        paper_value = [_real(v, "paper_value") for v in paper_value]
-        if paper_value[0] > paper_value[1]:
+        if len(paper_value) != 2 or paper_value[0] is None is paper_value[1]:
+            raise ValueError(
+                f"an interval paper_value is (low, high), one of them None when the paper bounds "
+                f"one side only, got {paper_value!r:.60}"
+            )
+        paper_value = [None if v is None else _real(v, "paper_value") for v in paper_value]
+        if None not in paper_value and paper_value[0] > paper_value[1]:
             raise ValueError(f"paper_value interval must have low <= high, got {paper_value}")
     else:
         paper_value = _real(paper_value, "paper_value")
@@ -380,6 +386,10 @@ def _ours_text(ours: dict) -> str:
 def _paper_text(entry: dict) -> str:
     value = entry["paper_value"]
     if isinstance(value, list):
+        if value[0] is None:
+            return f"≤ {_number(value[1])}"
+        if value[1] is None:
+            return f"≥ {_number(value[0])}"
         return f"{_number(value[0])} to {_number(value[1])}"
     if entry["tol"] is not None:
         return f"{_number(value)} (± {_number(entry['tol'])})"

@@ -61,6 +61,13 @@ def test_an_interval_of_the_paper_holds_our_value(chapter):
                          section="s") == "reproduced"
     assert ledger.record("b", paper=PAPER, item="x", paper_value=(18, 20), ours=[21, 22, 23],
                          section="s") == "not reproduced"
+    # a spread meets an interval when its interquartile range [19.5, 21.5] overlaps it
+    assert ledger.record("c", paper=PAPER, item="x", paper_value=(18, 20), ours=[19, 20, 21, 22],
+                         section="s") == "reproduced"
+    assert ledger.record("bound", paper=PAPER, item="x", paper_value=(None, 0.5), ours=0.7,
+                         section="s") == "not reproduced"
+    assert ledger.record("lower", paper=PAPER, item="x", paper_value=(0.5, None), ours=0.7,
+                         section="s") == "reproduced"
 
 
 @pytest.mark.parametrize(
@@ -71,6 +78,7 @@ def test_an_interval_of_the_paper_holds_our_value(chapter):
         {"item": ""},
         {"paper_value": float("nan")},
         {"paper_value": (3.0, 1.0)},
+        {"paper_value": (None, None)},
         {"ours": [1.0]},
         {"ours": [1.0, float("inf")]},
         {"ours": "3"},
