@@ -426,7 +426,7 @@ def test_orthogonal_starts_reach_min_l2_at_every_depth_and_scale(depth, alpha):
         ),
         (
             lambda: tn.conv_net_limit(X1, Y1, alpha=1.0, depth=2, w_bar=[1.0, 0.0], corrected=1),
-            "bool",
+            "corrected must be True or False",
         ),
         (lambda: tn.h_L(2.0, 3), "pole"),
     ],
