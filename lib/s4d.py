@@ -59,13 +59,24 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from lib import s4d_ops
-from lib._checks import as_int, as_positive_float, as_seeds, as_tensor, check_finite_result
+from lib._checks import (
+    _describe,
+    as_bool,
+    as_choice,
+    as_int,
+    as_positive_float,
+    as_seeds,
+    as_tensor,
+    check_finite_result,
+)
+from lib.s4d_ops import MODEL_DTYPES, _all_finite, _check_result
 
 MODEL_DTYPE = torch.float32
 
@@ -75,6 +86,8 @@ Params = dict[str, torch.Tensor]
 # crossover measured by ``benchmarks/s4d_conv.py`` (``make bench``) on one CPU thread.
 FFT_MIN_LENGTH = 256
 CONV_METHODS = ("auto", "toeplitz", "fft")
+# s4d_kernel's (..., H, N/2, L) intermediate may hold at most this many values (16 GiB in float64)
+MAX_KERNEL_ENTRIES = 2**31
 
 
 def compute_device() -> torch.device:
@@ -118,6 +131,7 @@ class S4DConfig:
         hi = as_positive_float(self.dt_max, "dt_max")
         if lo > hi:
             raise ValueError(f"dt_min must be <= dt_max, got {lo} > {hi}")
+        as_bool(self.prenorm, "prenorm")
 
 
 # The paper's S4 victim (App. H.2.4; the authors' ``S4Model`` in the version of their code that
@@ -178,18 +192,212 @@ def init_params(config: S4DConfig, seeds) -> Params:
     }
 
 
-def _runs(params: Params) -> int:
-    return int(params["enc_w"].shape[0])
+@dataclass(frozen=True)
+class _Network:
+    """What a parameter dict holds: R runs of a network of H channels, N/2 conjugate pairs per
+    channel, ``layers`` blocks (``prenorm[i]``: block i is pre-norm), K classes, C input values per
+    step, in one dtype on one device."""
+
+    runs: int
+    channels: int
+    half: int
+    layers: int
+    classes: int
+    inputs: int
+    prenorm: tuple[bool, ...]
+    dtype: torch.dtype
+    device: torch.device
 
 
-def _layers(params: Params) -> int:
-    return sum(1 for name in params if name.startswith("log_dt"))
+_LAYER_SHAPES = {"log_dt": 1, "log_a_re": 2, "a_im": 2, "c_re": 2, "c_im": 2, "d": 1}
 
 
-def _inputs(params: Params) -> int:
-    """C, the number of input values per step: enc_w is (R, H) for C = 1, else (R, H, C)."""
+def _expected_shapes(net: _Network) -> dict[str, tuple[int, ...]]:
+    """The shape of every parameter of ``net`` (the layout of :func:`init_params`)."""
+    r, h, k = net.runs, net.channels, net.classes
+    shapes = {
+        "enc_w": (r, h) if net.inputs == 1 else (r, h, net.inputs),
+        "enc_b": (r, h),
+        "dec_w": (r, k, h),
+        "dec_b": (r, k),
+    }
+    for i in range(net.layers):
+        for name, rank in _LAYER_SHAPES.items():
+            shapes[f"{name}{i}"] = (r, h) if rank == 1 else (r, h, net.half)
+        mix = "_pre" if net.prenorm[i] else ""
+        shapes[f"w{mix}{i}"], shapes[f"b{mix}{i}"] = (r, h, h), (r, h)
+    return shapes
+
+
+def _read_network(params, name: str) -> _Network:
+    """The architecture ``params`` claims (read off a few entries; :func:`_check_params` then
+    checks every entry against it)."""
+    if not isinstance(params, Mapping) or not params:
+        raise ValueError(
+            f"{name} must be a non-empty dict of S4D parameter tensors (as init_params returns), "
+            f"got {_describe(params)}"
+        )
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name} keys must be strings, got {key!r:.40}")
+        if not isinstance(value, torch.Tensor) or value.dtype not in MODEL_DTYPES:
+            raise ValueError(
+                f"{name}[{key!r}] must be a float32 or float64 tensor, got {_describe(value)}"
+            )
+    for key, rank in (("enc_b", 2), ("dec_w", 3), ("enc_w", None), ("log_a_re0", 3)):
+        if key not in params:
+            raise ValueError(f"{name} is not an S4D parameter dict: it has no {key!r}")
+        if rank is not None and params[key].ndim != rank:
+            raise ValueError(
+                f"{name}[{key!r}] must have {rank} dimensions, got shape {tuple(params[key].shape)}"
+            )
     enc_w = params["enc_w"]
-    return 1 if enc_w.ndim == 2 else int(enc_w.shape[-1])
+    if enc_w.ndim not in (2, 3) or (enc_w.ndim == 3 and enc_w.shape[-1] < 2):
+        raise ValueError(
+            f"{name}['enc_w'] must have shape (R, H) (one input value per step) or (R, H, C) with "
+            f"C >= 2, got {tuple(enc_w.shape)}"
+        )
+    layers = 0
+    while f"log_dt{layers}" in params:
+        layers += 1
+    runs, channels = params["enc_b"].shape
+    dtypes = {v.dtype for v in params.values()}
+    devices = {v.device for v in params.values()}
+    if len(dtypes) > 1 or len(devices) > 1:
+        raise ValueError(
+            f"{name} must hold tensors of one dtype on one device, got {dtypes} {devices}"
+        )
+    return _Network(
+        runs=int(runs),
+        channels=int(channels),
+        half=int(params["log_a_re0"].shape[-1]),
+        layers=layers,
+        classes=int(params["dec_w"].shape[1]),
+        inputs=1 if enc_w.ndim == 2 else int(enc_w.shape[-1]),
+        prenorm=tuple(f"w_pre{i}" in params for i in range(layers)),
+        dtype=dtypes.pop(),
+        device=devices.pop(),
+    )
+
+
+def _check_params(params, name: str = "params") -> _Network:
+    """The network ``params`` describes, after checking that it is one: every entry of
+    :func:`init_params`'s layout present with its shape (no other entries), at least one run,
+    channel, state pair and layer and two classes, one dtype (float32 or float64), all finite."""
+    net = _read_network(params, name)
+    expected = _expected_shapes(net)
+    missing, extra = sorted(expected.keys() - params.keys()), sorted(params.keys() - expected)
+    if missing or extra:
+        raise ValueError(
+            f"{name} is not an S4D parameter dict of {net.layers} layer(s): "
+            f"missing {missing}, unexpected {extra}"
+        )
+    for key, shape in expected.items():
+        if tuple(params[key].shape) != shape:
+            raise ValueError(
+                f"{name}[{key!r}] must have shape {shape} (runs, channels, ...) like "
+                f"{name}['enc_b'] and {name}['dec_w'], got {tuple(params[key].shape)}"
+            )
+    if min(net.runs, net.channels, net.half) < 1 or net.classes < 2:
+        raise ValueError(
+            f"{name} must hold at least one run, channel and state pair and two classes, got "
+            f"{net.runs} run(s), {net.channels} channel(s), {net.half} pair(s), "
+            f"{net.classes} class(es)"
+        )
+    for key, value in params.items():
+        if not _all_finite(value):
+            raise ValueError(f"{name}[{key!r}] must be finite, got nan or inf entries")
+    return net
+
+
+def _as_model_tensor(value, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``value`` as a finite float32 or float64 tensor (the victim's precision or the book's):
+    such tensors (and numpy arrays) pass unchanged, anything :func:`lib._checks.as_tensor` takes
+    (integers, lists, float64 arrays) becomes float64; then converted to ``dtype`` if given."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        value = torch.from_numpy(value)
+    if isinstance(value, torch.Tensor) and value.dtype in MODEL_DTYPES:
+        if not _all_finite(value):
+            raise ValueError(f"{name} must be finite, got non-finite entries (nan or inf)")
+        tensor = value
+    else:
+        tensor = as_tensor(value, name)
+    return tensor if dtype is None else tensor.to(dtype)
+
+
+def _as_indices(
+    values, name: str, shape: tuple | None, size: int | None, what: str
+) -> torch.Tensor:
+    """Indices in 0..size−1 (or any ≥ 0 without ``size``) as an int64 tensor of ``shape`` (a tuple
+    whose None entries are free; None: any shape): integer tensors, integer numpy arrays and
+    (nested) lists of integers are taken, floats and bools are not. ``what`` says what they index.
+    (Shared by :mod:`lib.mlp_victim` and :mod:`lib.gradient_matching`.)"""
+    if isinstance(values, (list, tuple)):
+        try:
+            values = np.asarray(values)
+        except ValueError:
+            raise ValueError(
+                f"{name} must be a list of integers, got {_describe(values)}"
+            ) from None
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        values = torch.from_numpy(values.astype(np.int64))
+    if not isinstance(values, torch.Tensor) or values.dtype not in _INTEGER_DTYPES:
+        raise ValueError(f"{name} must be an integer tensor of {what}, got {_describe(values)}")
+    values = values.to(torch.int64)
+    if shape is not None and (
+        values.ndim != len(shape)
+        or any(e is not None and e != s for e, s in zip(shape, values.shape, strict=True))
+    ):
+        wanted = "(" + ", ".join("*" if e is None else str(e) for e in shape) + ")"
+        raise ValueError(f"{name} must have shape {wanted}, got {tuple(values.shape)}")
+    if values.numel() and not values.is_meta:
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or (size is not None and high >= size):
+            bound = f"0..{size - 1}" if size is not None else ">= 0"
+            raise ValueError(f"{name} ({what}) must lie in {bound}, got entries in {low}..{high}")
+    return values
+
+
+def _as_labels(labels, name: str, shape: tuple, classes: int | None) -> torch.Tensor:
+    """Class labels in 0..classes−1 of the given shape, as int64 (see :func:`_as_indices`)."""
+    return _as_indices(labels, name, shape, classes, "class indices")
+
+
+_INTEGER_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _check_sequences(x, name: str, net: _Network, *, batched: bool = False) -> torch.Tensor:
+    """Sequences for ``net``: (B, L·C) shared by the runs or (R, B, L·C) (only the latter with
+    ``batched``), B, L ≥ 1, finite, float32/float64 (or convertible), in the network's dtype."""
+    x = _as_model_tensor(x, name, net.dtype)
+    ranks = (3,) if batched else (2, 3)
+    if x.ndim not in ranks:
+        shapes = "(R, B, L·C)" if batched else "(B, L·C) or (R, B, L·C)"
+        raise ValueError(f"{name} must have shape {shapes}, got {tuple(x.shape)}")
+    if x.ndim == 3 and x.shape[0] != net.runs:
+        raise ValueError(f"{name} holds {x.shape[0]} batches but params has {net.runs} run(s)")
+    if x.shape[-2] == 0 or x.shape[-1] == 0:
+        raise ValueError(
+            f"{name} must hold at least one sequence of one step, got {tuple(x.shape)}"
+        )
+    if x.shape[-1] % net.inputs:
+        raise ValueError(
+            f"{name} has {x.shape[-1]} entries per sequence, not a multiple of C = {net.inputs}"
+        )
+    return x
+
+
+def _per_run_cross_entropy(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of each run on its own batch: logits (R, B, K), labels (R, B) → (R,).
+
+    The one per-run loss of every victim family (:mod:`lib.mlp_victim`, :class:`lib.
+    gradient_matching.Victim`): the runs' losses are summed for training, so each run's gradient
+    is its own."""
+    r, b, k = out.shape
+    ce = torch.nn.functional.cross_entropy(
+        out.reshape(r * b, k), labels.reshape(r * b), reduction="none"
+    )
+    return ce.reshape(r, b).mean(-1)
 
 
 def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
@@ -198,7 +406,40 @@ def s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
     K_m = 2 Re Σ_j C_j b̄_j exp(Δ A_j)^m with b̄_j = (exp(Δ A_j) − 1)/A_j, A_j = −exp(log_a_re_j)
     + i a_im_j, Δ = exp(log_dt) (Gu et al. 2022; the Vandermonde form of the kernel). Evaluated in
     real arithmetic: exp(Δ A_j)^m = e^{mΔ Re A_j} (cos mΔ Im A_j + i sin mΔ Im A_j).
+
+    ``log_dt`` has shape (..., H), the other four (..., H, N/2), all finite, in one dtype (float32
+    or float64) on one device; ``length`` L ≥ 1. A kernel that comes out non-finite (Δ A_j
+    overflowing) is a :class:`~lib._checks.NumericalFailure`.
     """
+    given = {"log_dt": log_dt, "log_a_re": log_a_re, "a_im": a_im, "c_re": c_re, "c_im": c_im}
+    p = {name: _as_model_tensor(value, name) for name, value in given.items()}
+    if len({v.dtype for v in p.values()}) > 1 or len({v.device for v in p.values()}) > 1:
+        found = ", ".join(f"{k} {v.dtype} on {v.device}" for k, v in p.items())
+        raise ValueError(f"the S4D parameters must share one dtype and device, got {found}")
+    shape = tuple(p["log_a_re"].shape)
+    if len(shape) < 1 or p["log_a_re"].numel() == 0:
+        raise ValueError(f"log_a_re must have a non-empty shape (..., H, N/2), got {shape}")
+    for name in ("a_im", "c_re", "c_im"):
+        if tuple(p[name].shape) != shape:
+            raise ValueError(
+                f"{name} must have log_a_re's shape {shape}, got {tuple(p[name].shape)}"
+            )
+    if tuple(p["log_dt"].shape) != shape[:-1]:
+        raise ValueError(
+            f"log_dt must have shape {shape[:-1]} (log_a_re's without N/2), "
+            f"got {tuple(p['log_dt'].shape)}"
+        )
+    length = as_int(length, "length", minimum=1)
+    if p["log_a_re"].numel() * length > MAX_KERNEL_ENTRIES:
+        raise ValueError(
+            f"length {length} with {p['log_a_re'].numel()} state entries needs more than "
+            f"{MAX_KERNEL_ENTRIES} intermediate values"
+        )
+    return _check_result(_s4d_kernel(*p.values(), length), "the S4D kernel")
+
+
+def _s4d_kernel(log_dt, log_a_re, a_im, c_re, c_im, length: int) -> torch.Tensor:
+    """:func:`s4d_kernel` without the checks (for :func:`logits`, which checked its parameters)."""
     alpha, omega = -torch.exp(log_a_re), a_im
     dt = torch.exp(log_dt)[..., None]
     decay, turn = torch.exp(dt * alpha), dt * omega
@@ -220,8 +461,9 @@ def toeplitz(kernel: torch.Tensor) -> torch.Tensor:
 
     Then (T u)_l = Σ_{k ≤ l} K_{l−k} u_k is the causal convolution (see
     :func:`lib.s4d_ops.toeplitz`, whose derivatives, sums of T's diagonals, are one compiled pass).
+    ``kernel`` is a non-empty, finite float32 or float64 tensor with at least one dimension.
     """
-    return s4d_ops.toeplitz(kernel)
+    return s4d_ops.toeplitz(_as_model_tensor(kernel, "kernel"))
 
 
 def fft_convolve(kernel: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -230,8 +472,27 @@ def fft_convolve(kernel: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     y_l = Σ_{k ≤ l} K_{l−k} u_k, computed as irfft(rfft(K) · rfft(u)) with both zero-padded to
     length 2L (so the circular convolution of the FFT has no wrap-around) and cut to the first L
     entries. O(L log L) per channel against the Toeplitz product's O(L²); differentiable to any
-    order (the FFTs are linear maps with FFTs as their adjoints).
+    order (the FFTs are linear maps with FFTs as their adjoints). ``u`` must have the shape of
+    ``kernel`` plus one axis of B ≥ 1 signals, both finite, one dtype.
     """
+    kernel = _as_model_tensor(kernel, "kernel")
+    u = _as_model_tensor(u, "u")
+    if kernel.ndim < 1 or kernel.numel() == 0:
+        raise ValueError(
+            f"kernel must have a non-empty shape (..., H, L), got {tuple(kernel.shape)}"
+        )
+    if u.ndim != kernel.ndim + 1 or tuple(u.shape[:-1]) != tuple(kernel.shape) or not u.shape[-1]:
+        raise ValueError(
+            f"u must have shape {tuple(kernel.shape)} + (B,) (kernel's shape and B >= 1 "
+            f"signals), got {tuple(u.shape)}"
+        )
+    if kernel.dtype != u.dtype:
+        raise ValueError(f"kernel and u must share one dtype, got {kernel.dtype} and {u.dtype}")
+    return _check_result(_fft_convolve(kernel, u), "the FFT convolution")
+
+
+def _fft_convolve(kernel: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`fft_convolve` without the checks (for :func:`logits`)."""
     length = kernel.shape[-1]
     n = 2 * length
     kf = torch.fft.rfft(kernel, n=n, dim=-1)
@@ -241,8 +502,7 @@ def fft_convolve(kernel: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def _method(method: str, length: int, device: torch.device) -> str:
-    if method not in CONV_METHODS:
-        raise ValueError(f"method must be one of {CONV_METHODS}, got {method!r:.40}")
+    """The convolution ``"auto"`` stands for at this length and device (others stay)."""
     if method == "auto":
         fft = length >= FFT_MIN_LENGTH or device.type != "cpu"
         return "fft" if fft else "toeplitz"
@@ -262,17 +522,28 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
     from :mod:`lib.s4d_ops`, whose first and second derivatives are closed forms (the attack
     differentiates through a backward pass). Runs on :func:`compute_device`; the result is on x's
     device.
+
+    ``params`` is a parameter dict of :func:`init_params`'s layout (float32 or float64, finite);
+    ``x`` finite, float32 or float64 (or convertible), computed in the parameters' dtype. Logits
+    that come out non-finite are a :class:`~lib._checks.NumericalFailure`.
     """
+    net = _check_params(params)
+    method = as_choice(method, "method", CONV_METHODS)
+    x = _check_sequences(x, "x", net)
+    return _check_result(_logits(params, x, method), "the logits")
+
+
+def _logits(params: Params, x: torch.Tensor, method: str) -> torch.Tensor:
+    """:func:`logits` of checked parameters and sequences."""
     home = x.device
     device = compute_device()
     if params["enc_w"].device != device:
         params = {k: v.to(device) for k, v in params.items()}
     x = x.to(device)
-    r, c = _runs(params), _inputs(params)
+    r = int(params["enc_b"].shape[0])
+    c = 1 if params["enc_w"].ndim == 2 else int(params["enc_w"].shape[-1])
     if x.ndim == 2:
         x = x.expand(r, *x.shape)
-    if x.shape[-1] % c:
-        raise ValueError(f"x has {x.shape[-1]} entries per sequence, not a multiple of C = {c}")
     length = x.shape[-1] // c
     method = _method(method, length, device)
     h = params["enc_w"].shape[1]
@@ -286,8 +557,9 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
     else:
         steps = x.reshape(r, x.shape[1], length, c)  # (R, B, L, C)
         u = torch.einsum("rhc,rblc->rhlb", params["enc_w"], steps) + enc_b
-    for i in range(_layers(params)):
-        kernel = s4d_kernel(
+    layers = sum(1 for name in params if name.startswith("log_dt"))
+    for i in range(layers):
+        kernel = _s4d_kernel(
             params[f"log_dt{i}"],
             params[f"log_a_re{i}"],
             params[f"a_im{i}"],
@@ -297,18 +569,18 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
         )
         kernel = kernel + torch.nn.functional.pad(params[f"d{i}"][..., None], (0, length - 1))
         prenorm = f"w_pre{i}" in params
-        v = s4d_ops.channel_layer_norm(u.reshape(r, h, -1)).reshape(u.shape) if prenorm else u
+        v = s4d_ops._channel_layer_norm(u.reshape(r, h, -1)).reshape(u.shape) if prenorm else u
         if method == "fft":
-            conv = fft_convolve(kernel, v)
+            conv = _fft_convolve(kernel, v)
         elif i == 0 and c == 1 and not prenorm:
             # The encoder's output w x + b has one input channel: T (w x + b) = w (T x) + b (T 1),
             # one (H·L, L) @ (L, B) product per run, and (T 1)_l = Σ_{m ≤ l} K_m.
-            t = s4d_ops.toeplitz(kernel)
+            t = s4d_ops._toeplitz(kernel)
             tx = (t.reshape(r, h * length, length) @ xt).reshape(r, h, length, -1)
             conv = torch.addcmul(enc_b * kernel.cumsum(-1)[..., None], enc_w, tx)
         else:
-            conv = s4d_ops.toeplitz(kernel) @ v
-        y = s4d_ops.gelu(conv)
+            conv = s4d_ops._toeplitz(kernel) @ v
+        y = s4d_ops._gelu(conv)
         mix = "_pre" if prenorm else ""
         mixed = torch.baddbmm(
             params[f"b{mix}{i}"][:, :, None], params[f"w{mix}{i}"], y.reshape(r, h, -1)
@@ -316,20 +588,22 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
         if prenorm:
             u = u + mixed.reshape(u.shape)
         else:
-            u = s4d_ops.channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
+            u = s4d_ops._channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
     pooled = u.mean(2)  # (R, H, B)
     out = (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
     return out.to(home)
 
 
 def per_run_loss(params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of each run on its own batch: x (R, B, L), labels (R, B) → (R,)."""
-    out = logits(params, x)
-    r, b, k = out.shape
-    ce = torch.nn.functional.cross_entropy(
-        out.reshape(r * b, k), labels.reshape(r * b), reduction="none"
-    )
-    return ce.reshape(r, b).mean(-1)
+    """Mean cross-entropy of each run on its own batch: x (R, B, L·C), labels (R, B) → (R,).
+
+    ``params`` and ``x`` as for :func:`logits`; ``labels`` integer class indices 0..K−1.
+    """
+    net = _check_params(params)
+    x = _check_sequences(x, "x", net, batched=True)
+    labels = _as_labels(labels, "labels", tuple(x.shape[:2]), net.classes)
+    out = _check_result(_logits(params, x, "auto"), "the logits")
+    return _per_run_cross_entropy(out, labels.to(out.device))
 
 
 @dataclass(frozen=True)
@@ -356,20 +630,35 @@ CIFAR10_TRAIN = TrainConfig(epochs=40, batch=128, lr=1e-2, weight_decay=5e-4)
 
 
 def _check_data(x, labels, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Data of R runs: x (R, n, L) or (n, L) float64; labels (R, n) or (n,), ints 0..classes−1."""
+    """Data of R runs: x (R, n, L) or (n, L) float64, n, L ≥ 1; labels (R, n) or (n,), integers
+    0..classes−1 (as int64)."""
     x = as_tensor(x, "x")
     if x.ndim not in (2, 3):
         raise ValueError(f"x must have shape (n, L) or (R, n, L), got {tuple(x.shape)}")
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64:
-        raise ValueError(f"labels must be an int64 torch tensor, got {labels!r:.60}")
-    if tuple(labels.shape) != tuple(x.shape[:-1]):
+    if x.shape[-2] == 0 or x.shape[-1] == 0:
+        raise ValueError(f"x must hold at least one sequence of one step, got {tuple(x.shape)}")
+    return x, _as_labels(labels, "labels", tuple(x.shape[:-1]), classes)
+
+
+def _check_init(init, config: S4DConfig, runs: int) -> None:
+    """``init`` must be a network of ``config``'s architecture with one run or ``runs`` runs."""
+    net = _check_params(init, "init")
+    want = (
+        config.channels,
+        config.state // 2,
+        config.layers,
+        config.classes,
+        config.inputs,
+        (config.prenorm,) * config.layers,
+    )
+    have = (net.channels, net.half, net.layers, net.classes, net.inputs, net.prenorm)
+    if have != want:
         raise ValueError(
-            f"labels must have shape {tuple(x.shape[:-1])} (one per sequence of x), "
-            f"got {tuple(labels.shape)}"
+            "init must be a network of config's architecture (channels, state/2, layers, classes, "
+            f"inputs, pre-norm per layer) = {want}, got {have}"
         )
-    if labels.numel() and (labels.min() < 0 or labels.max() >= classes):
-        raise ValueError(f"labels must lie in 0..{classes - 1}")
-    return x, labels
+    if net.runs not in (1, runs):
+        raise ValueError(f"init must hold 1 run or one per seed ({runs}), got {net.runs}")
 
 
 def _adamw(params: list[torch.Tensor], train_config: TrainConfig) -> torch.optim.AdamW:
@@ -400,6 +689,8 @@ def train(
     which leaves each run's gradient its own. With ``init`` (a parameter dict of R runs, or of one
     run, copied to all) training starts there instead of at the seeds' initialization: fine-tuning.
     """
+    if not isinstance(config, S4DConfig):
+        raise ValueError(f"config must be an S4DConfig, got {_describe(config)}")
     if not isinstance(train_config, TrainConfig):
         raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     seeds = as_seeds(seeds)
@@ -411,6 +702,8 @@ def train(
     r = len(seeds)
     if x.ndim == 3 and x.shape[0] != r:
         raise ValueError(f"x holds {x.shape[0]} data sets but seeds has {r} entries")
+    if init is not None:
+        _check_init(init, config, r)
     if x.ndim == 2:
         x, labels = x.expand(r, *x.shape), labels.expand(r, *labels.shape)
     device = compute_device()
@@ -419,7 +712,7 @@ def train(
     if init is None:
         start = init_params(config, seeds)
     else:
-        start = init if _runs(init) == r else replicate(init, r)
+        start = init if _runs(init) == r else _replicate(init, r)
     params = {
         k: v.detach().clone().to(device, MODEL_DTYPE).requires_grad_() for k, v in start.items()
     }
@@ -435,7 +728,8 @@ def train(
         perm = torch.from_numpy(np.stack([g.permutation(n) for g in gens])).to(device)
         for j in range(batches):
             idx = perm[:, j * train_config.batch : (j + 1) * train_config.batch]
-            loss = per_run_loss(params, x[rows, idx], labels[rows, idx]).sum()
+            out = _logits(params, x[rows, idx], "auto")
+            loss = _per_run_cross_entropy(out, labels[rows, idx]).sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -446,36 +740,46 @@ def train(
 
 
 def predict(params: Params, x, *, batch: int = 512) -> torch.Tensor:
-    """Predicted classes (R, n) of R networks on x of shape (n, L) or (R, n, L)."""
-    x = as_tensor(x, "x")
-    if x.ndim not in (2, 3):
-        raise ValueError(f"x must have shape (n, L) or (R, n, L), got {tuple(x.shape)}")
-    x = x.to(MODEL_DTYPE)
+    """Predicted classes (R, n) of R networks on x of shape (n, L·C) or (R, n, L·C), float64,
+    evaluated ``batch`` sequences at a time. Non-finite logits are a
+    :class:`~lib._checks.NumericalFailure`, never a prediction."""
+    net = _check_params(params)
+    batch = as_int(batch, "batch", minimum=1)
+    x = _check_sequences(as_tensor(x, "x"), "x", net)
+    return _predict(params, x, batch)
+
+
+def _predict(params: Params, x: torch.Tensor, batch: int) -> torch.Tensor:
+    parts = []
     with torch.no_grad():
-        parts = [
-            logits(params, x[..., i : i + batch, :]).argmax(-1)
-            for i in range(0, x.shape[-2], batch)
-        ]
+        for i in range(0, x.shape[-2], batch):
+            out = _logits(params, x[..., i : i + batch, :], "auto")
+            parts.append(_check_result(out, "the logits").argmax(-1))
     return torch.cat(parts, dim=-1)
 
 
 def accuracy(params: Params, x, labels) -> torch.Tensor:
-    """Fraction of correct predictions of each run, shape (R,), float64."""
-    x, labels = _check_data(x, labels, params["dec_b"].shape[-1])
-    return (predict(params, x) == labels).double().mean(-1)
+    """Fraction of correct predictions of each run, shape (R,), float64: x as for
+    :func:`predict`, labels (n,) or (R, n) integer classes."""
+    net = _check_params(params)
+    x, labels = _check_data(x, labels, net.classes)
+    x = _check_sequences(x, "x", net)
+    return (_predict(params, x, 512) == labels).double().mean(-1)
 
 
 def select_run(params: Params, run: int) -> Params:
     """The parameters of run ``run`` alone, as a one-run parameter dict."""
+    net = _check_params(params)
     run = as_int(run, "run", minimum=0)
-    if run >= _runs(params):
-        raise ValueError(f"run must be < {_runs(params)}, got {run}")
+    if run >= net.runs:
+        raise ValueError(f"run must be < {net.runs}, got {run}")
     return {k: v[run : run + 1] for k, v in params.items()}
 
 
-def replicate(params: Params, copies: int) -> Params:
-    """``copies`` identical runs of a one-run network (for attacks batched on one surrogate)."""
-    copies = as_int(copies, "copies", minimum=1)
-    if _runs(params) != 1:
-        raise ValueError(f"replicate needs a one-run parameter dict, got {_runs(params)} runs")
+def _runs(params: Params) -> int:
+    return int(params["enc_b"].shape[0])
+
+
+def _replicate(params: Params, copies: int) -> Params:
+    """``copies`` identical runs of a one-run network (an ``init`` for R seeds)."""
     return {k: v.expand(copies, *v.shape[1:]).contiguous() for k, v in params.items()}

@@ -26,7 +26,8 @@ which is linear in g with a symmetric matrix, so its derivative in g applied to 
 **Toeplitz matrix** of a kernel K of length L: T[l, k] = K[l − k] for k ≤ l, else 0. Its adjoint
 sums the diagonals, K̄[m] = Σ_l T̄[l, l − m]; both are linear, so each is the other's derivative.
 
-All functions take float32 or float64 tensors and return the same dtype. The compiled kernels run
+All functions take non-empty, finite float32 or float64 tensors (anything else is a ValueError
+naming the argument) and return the same dtype. The compiled kernels run
 on the CPU; for tensors on another device (a GPU) the Toeplitz matrix and the layer norm are the
 plain PyTorch formulas, differentiated by autograd (the same values up to rounding).
 """
@@ -39,7 +40,10 @@ import numpy as np
 import torch
 from numba import njit
 
+from lib._checks import NumericalFailure, _describe
+
 LAYER_NORM_EPS = 1e-5
+MODEL_DTYPES = (torch.float32, torch.float64)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -160,12 +164,36 @@ def _np(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _check(value, name: str, *, ndim: int | None = None, min_ndim: int = 0) -> torch.Tensor:
-    """A float32 or float64 torch tensor (the model's precision or the book's) of the right rank."""
-    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"{name} must be a float32 or float64 torch tensor, got {value!r:.60}")
+    """A non-empty, finite float32 or float64 torch tensor (the model's precision or the book's) of
+    the right rank, else a ValueError naming ``name``. Finiteness is not checked on PyTorch's
+    "meta" device, which holds shapes only."""
+    if not isinstance(value, torch.Tensor) or value.dtype not in MODEL_DTYPES:
+        raise ValueError(
+            f"{name} must be a float32 or float64 torch tensor, got {_describe(value)}"
+        )
     if (ndim is not None and value.ndim != ndim) or value.ndim < min_ndim:
         rank = f"{ndim}" if ndim is not None else f"at least {min_ndim}"
         raise ValueError(f"{name} must have {rank} dimensions, got shape {tuple(value.shape)}")
+    if value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+    if not _all_finite(value):
+        raise ValueError(f"{name} must be finite, got non-finite entries (nan or inf)")
+    return value
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """All entries finite (True on the meta device, which has no values). A finite sum proves it
+    at a fraction of the cost of an elementwise test, which runs only when the sum is not."""
+    if tensor.is_meta:
+        return True
+    values = tensor.detach()
+    return bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all())
+
+
+def _check_result(value: torch.Tensor, what: str) -> torch.Tensor:
+    """``value`` if all its entries are finite, else :class:`~lib._checks.NumericalFailure`."""
+    if not _all_finite(value):
+        raise NumericalFailure(f"{what} is not finite (nan or inf): the computation overflowed")
     return value
 
 
@@ -202,7 +230,11 @@ def toeplitz(kernel: torch.Tensor) -> torch.Tensor:
 
     (T u)_l = Σ_{k ≤ l} K_{l−k} u_k is the causal convolution. Differentiable to any order.
     """
-    kernel = _check(kernel, "kernel", min_ndim=1)
+    return _toeplitz(_check(kernel, "kernel", min_ndim=1))
+
+
+def _toeplitz(kernel: torch.Tensor) -> torch.Tensor:
+    """:func:`toeplitz` without the input check (for :mod:`lib.s4d`, which checked its input)."""
     if kernel.device.type != "cpu":
         return _plain_toeplitz(kernel)
     return _Toeplitz.apply(kernel)
@@ -261,7 +293,12 @@ def channel_layer_norm(z: torch.Tensor) -> torch.Tensor:
 
     First and second derivatives in closed form, (LN1) and (LN2) of the module docstring.
     """
-    z = _check(z, "z", ndim=3)
+    out = _channel_layer_norm(_check(z, "z", ndim=3))
+    return _check_result(out, "the layer norm of z")
+
+
+def _channel_layer_norm(z: torch.Tensor) -> torch.Tensor:
+    """:func:`channel_layer_norm` without the checks (for :mod:`lib.s4d`)."""
     if z.device.type != "cpu":
         return _plain_channel_layer_norm(z)
     return _ChannelLayerNorm.apply(z)
@@ -306,4 +343,9 @@ class _GeluVjp(torch.autograd.Function):
 
 def gelu(y: torch.Tensor) -> torch.Tensor:
     """GELU, y Φ(y) (exact, with erf), its second derivative in closed form (module docstring)."""
-    return _Gelu.apply(_check(y, "y"))
+    return _check_result(_gelu(_check(y, "y")), "gelu(y)")
+
+
+def _gelu(y: torch.Tensor) -> torch.Tensor:
+    """:func:`gelu` without the checks (for :mod:`lib.s4d`)."""
+    return _Gelu.apply(y)

@@ -206,8 +206,8 @@ def test_auto_method_is_toeplitz_below_the_crossover_and_fft_above(gen, monkeypa
     cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
     p = s4d.init_params(cfg, [0])
     calls = []
-    real = s4d.fft_convolve
-    monkeypatch.setattr(s4d, "fft_convolve", lambda k, u: calls.append(1) or real(k, u))
+    real = s4d._fft_convolve  # what logits calls (fft_convolve is its checked public form)
+    monkeypatch.setattr(s4d, "_fft_convolve", lambda k, u: calls.append(1) or real(k, u))
     s4d.logits(p, torch.randn(2, s4d.FFT_MIN_LENGTH - 1, generator=gen))
     assert not calls
     s4d.logits(p, torch.randn(2, s4d.FFT_MIN_LENGTH, generator=gen))
@@ -334,3 +334,72 @@ def test_no_cpu_tensor_enters_a_computation_on_another_device(method, gen, monke
     (g,) = torch.autograd.grad(out.sum(), [p["w_pre0"]], create_graph=True)
     (gx,) = torch.autograd.grad(g.sum(), [x])
     assert gx.device.type == "meta" and gx.shape == x.shape
+
+
+def test_a_network_with_a_nan_parameter_predicts_nothing():
+    # argmax of nan logits is class 0: without the check, predict and accuracy would answer
+    x, y, *_ = digits_split()
+    p = s4d.init_params(s4d.S4DConfig(channels=4, state=4, layers=1), [0])
+    p["c_re0"][0, 0, 0] = float("nan")
+    for call in (lambda: s4d.predict(p, x[:5]), lambda: s4d.accuracy(p, x[:5], y[:5])):
+        with pytest.raises(ValueError, match=r"params\['c_re0'\] must be finite"):
+            call()
+
+
+def test_logits_that_overflow_are_reported_not_returned():
+    # a step size exp(100) overflows float32: the kernel turns nan, and so would every logit
+    p = s4d.init_params(s4d.S4DConfig(channels=4, state=4, layers=1), [0])
+    p["log_dt0"][:] = 100.0
+    with pytest.raises(ValueError, match="not finite"):
+        s4d.logits(p, torch.zeros(2, 8))
+
+
+def test_train_refuses_an_init_of_another_architecture():
+    x, y, *_ = digits_split()
+    cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
+    for other in (
+        s4d.S4DConfig(channels=4, state=4, layers=2),
+        s4d.S4DConfig(channels=8, state=4, layers=1),
+        s4d.S4DConfig(channels=4, state=4, layers=1, prenorm=True),
+    ):
+        with pytest.raises(ValueError, match="init must be a network of config's architecture"):
+            s4d.train(cfg, x[:8], y[:8], [0], init=s4d.init_params(other, [0]))
+    with pytest.raises(ValueError, match="init must hold 1 run or one per seed"):
+        s4d.train(cfg, x[:8], y[:8], [0, 1, 2], init=s4d.init_params(cfg, [0, 1]))
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda p: p.pop("d0"), r"missing \['d0'\]"),
+        (lambda p: p.update(extra=p["d0"]), r"unexpected \['extra'\]"),
+        (lambda p: p.update(d0=p["d0"][:, :3]), r"params\['d0'\] must have shape \(1, 4\)"),
+        (lambda p: p.update(d0=p["d0"].half()), "float32 or float64"),
+        (lambda p: p.update(d0=p["d0"].double()), "one dtype"),
+    ],
+)
+def test_logits_name_what_is_wrong_with_a_parameter_dict(change, match):
+    p = s4d.init_params(s4d.S4DConfig(channels=4, state=4, layers=1), [0])
+    change(p)
+    with pytest.raises(ValueError, match=match):
+        s4d.logits(p, torch.zeros(2, 8))
+
+
+def test_kernel_needs_a_length_and_matching_shapes():
+    h = torch.zeros(2, 3, dtype=DT)
+    with pytest.raises(ValueError, match="length must be at least 1"):
+        s4d.s4d_kernel(torch.zeros(2, dtype=DT), h, h, h, h, 0)  # it was an empty kernel
+    with pytest.raises(ValueError, match="log_dt must have shape"):
+        s4d.s4d_kernel(torch.zeros(3, dtype=DT), h, h, h, h, 4)
+    with pytest.raises(ValueError, match="share one dtype"):
+        s4d.s4d_kernel(torch.zeros(2), h, h, h, h, 4)
+
+
+def test_labels_may_be_any_integers_but_no_floats():
+    x, y, *_ = digits_split()
+    p = s4d.init_params(s4d.S4DConfig(channels=4, state=4, layers=1), [0])
+    # the same labels as a list and as int32: the same accuracy (one computation path)
+    assert torch.equal(s4d.accuracy(p, x[:6], y[:6].tolist()), s4d.accuracy(p, x[:6], y[:6]))
+    assert torch.equal(s4d.accuracy(p, x[:6], y[:6].int()), s4d.accuracy(p, x[:6], y[:6]))
+    with pytest.raises(ValueError, match="labels must be an integer tensor"):
+        s4d.accuracy(p, x[:6], y[:6].double())

@@ -94,6 +94,13 @@ def test_layer_norm_normalizes_each_position():
         (lambda: s4d_ops.channel_layer_norm(torch.ones(4, 5, dtype=DT)), "3 dimensions"),
         (lambda: s4d_ops.toeplitz(torch.tensor(1.0, dtype=DT)), "at least 1"),
         (lambda: s4d_ops.toeplitz(None), "float32 or float64"),
+        (lambda: s4d_ops.gelu(torch.tensor([1.0, float("nan")], dtype=DT)), "finite"),
+        (lambda: s4d_ops.toeplitz(torch.zeros(2, 0, dtype=DT)), "empty"),
+        # finite input whose channel sum overflows: the result is reported, not returned as nan
+        (
+            lambda: s4d_ops.channel_layer_norm(torch.full((1, 3, 2), 1.5e308, dtype=DT)),
+            "not finite",
+        ),
     ],
 )
 def test_bad_input(call, match):
