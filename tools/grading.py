@@ -1,0 +1,906 @@
+"""Grade a folder of notebooks: sandboxed runs, verdicts computed here, grades written last.
+
+How one folder is graded (``grade_folder``):
+
+1. The assignment's source, ``book/assignments/<name>.md``, is read here. Each question's
+   ``# GRADING`` cells (never given to students) define its tests: a *public* test has the inputs
+   of the student notebook's own check; a *hidden* test draws its inputs from a random generator
+   seeded by the course secret (:func:`seed`), so the inputs change with ``COURSE_SECRET``.
+2. Each submission's code cells run in a sandbox of their own (tools/sandbox.py), in a process
+   that runs tools/grading_harness.py: the notebook's functions are called on the tests' inputs
+   and its variables read, and the results come back as plain numbers (JSON). The reference
+   solution (the source's own code) runs the same way, in a sandbox too.
+3. Here, in the grader's process, each number is compared with the reference's
+   (:func:`compare`): floats parsed from JSON, not objects of the notebook, so nothing the notebook
+   did (a patched test helper, a float that equals everything) takes part in the verdict.
+4. When every sandbox is gone, this process writes ``grades.csv``, a feedback file per submission
+   (public tests' results, hidden tests' names and pass/fail, the cells that failed) and an
+   instructor's log per submission; the notebook's own output appears only in that log, with
+   control characters removed.
+
+The test language of a ``# GRADING`` cell (executed here, with NumPy as ``np``)::
+
+    @public
+    def diagonal():
+        return [call("flow_point", np.diag([1.0, 4.0]), np.ones(2), 0.5)]
+
+    @hidden(forbid=["lib.gradient_flow"])
+    def full_matrices(rng):
+        H = rng.normal(size=(4, 4))
+        return [call("flow_point", H + H.T, rng.normal(size=4), 1.7, rtol=1e-9)]
+
+``call(name, *args, **kwargs)`` calls the notebook's function ``name``; ``value(name)`` reads its
+variable; ``tensor(x)`` hands an array to the notebook as a float64 (or int64) torch tensor;
+``rtol``/``atol`` (defaults: :data:`RTOL`, :data:`ATOL`) or ``exact=True`` say how close to the
+reference's result the answer must be. ``forbid`` names functions that raise while the test's
+calls run (``"torch.autograd"`` for automatic differentiation).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import csv
+import hashlib
+import hmac
+import io
+import json
+import math
+import os
+import queue
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sandbox  # noqa: E402  (tools/ is not a package)
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "book" / "assignments"
+HARNESS = Path(__file__).resolve().parent / "grading_harness.py"
+
+# Default closeness of an answer to the reference: both compute the same closed form or run the
+# same recipe in float64, so they differ by rounding, a few ulps per operation: 1e-9 relative
+# leaves room for a different but equivalent order of operations (sums, solves) over thousands
+# of operations, and 1e-12 absolute for results that are zero up to rounding.
+RTOL = 1e-9
+ATOL = 1e-12
+MAX_NOTEBOOK_BYTES = 20 * 2**20
+DEFAULT_SECRET = "public-default"  # used when no COURSE_SECRET is given (anyone can recompute it)
+GRADING_MARK = "# GRADING"
+PARAMETERS_MARK = "# PARAMETERS"
+
+
+# ----------------------------------------------------------------------------------------------
+# The secret
+
+
+def derive(secret: str, *parts: str) -> bytes:
+    """HMAC-SHA256 of ``parts`` under the course secret: what a student cannot compute."""
+    return hmac.new(secret.encode(), "\x1f".join(parts).encode(), hashlib.sha256).digest()
+
+
+def seed(secret: str, assignment: str, question: str, test: str) -> int:
+    """The seed of one hidden test's inputs, from the course secret."""
+    return int.from_bytes(derive(secret, assignment, question, test)[:8], "big")
+
+
+def fingerprint(secret: str) -> str:
+    """A short public digest of the secret: tells whether two runs used the same one."""
+    return derive(secret, "fingerprint").hex()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# Tests, as the # GRADING cells define them
+
+
+@dataclass
+class Probe:
+    """One number (array) the notebook must produce: a call of its function, or a variable."""
+
+    spec: dict
+    rtol: float = RTOL
+    atol: float = ATOL
+    exact: bool = False
+    shown: str = ""  # how the public feedback names it
+
+
+@dataclass
+class Test:
+    question: str
+    name: str
+    hidden: bool
+    make: object  # () -> probes (public) or (rng) -> probes (hidden)
+    forbid: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.question}/{self.name}"
+
+
+@dataclass
+class Question:
+    name: str
+    points: float
+    manual: bool = False
+    all_or_nothing: bool = True
+    tests: list[Test] = field(default_factory=list)
+
+
+@dataclass
+class Parameter:
+    """A per-student parameter, ``NAME = default  # rule(arguments)``.
+
+    Rules: ``uniform(low, high[, digits])``, ``integers(low, high)``, ``choice(value, ...)``.
+    """
+
+    name: str
+    default: object
+    rule: str
+    arguments: list
+
+
+@dataclass
+class Assignment:
+    name: str
+    source: Path
+    questions: dict[str, Question]
+    solution_cells: list[tuple[int, str]]
+    parameters: list[Parameter]
+
+    @property
+    def auto(self) -> dict[str, float]:
+        return {q.name: q.points for q in self.questions.values() if not q.manual}
+
+    @property
+    def manual(self) -> dict[str, float]:
+        return {q.name: q.points for q in self.questions.values() if q.manual}
+
+
+def _array_spec(x, kind: str) -> dict:
+    array = np.asarray(x)
+    dtype = "int64" if np.issubdtype(array.dtype, np.integer) else "float64"
+    return {"$array": array.astype(dtype).tolist(), "dtype": dtype, "kind": kind}
+
+
+class _Tensor:
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+
+def encode(value):
+    """A test's input as JSON for the harness (see tools/grading_harness.py)."""
+    if isinstance(value, _Tensor):
+        return _array_spec(value.array, "torch")
+    if isinstance(value, np.ndarray):
+        return _array_spec(value, "numpy")
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(v) for v in value]}
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"a test input must be numbers, arrays or tensor(...), not {type(value)}")
+
+
+def _short(value) -> str:
+    if isinstance(value, _Tensor | np.ndarray):
+        value = np.asarray(getattr(value, "array", value)).tolist()
+    text = repr(value)
+    text = re.sub(r"\s+", " ", text)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+def _language(registry: list[Test], current: dict) -> dict:
+    """The names a # GRADING cell sees."""
+
+    def call(name, *args, rtol=RTOL, atol=ATOL, exact=False, **kwargs):
+        shown = ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())])
+        shown = f"{name}({shown})"
+        spec = {"call": name, "args": encode(list(args)), "kwargs": encode(kwargs)}
+        return Probe(spec, rtol, atol, exact, shown)
+
+    def value(name, rtol=RTOL, atol=ATOL, exact=False):
+        return Probe({"value": name}, rtol, atol, exact, name)
+
+    def register(function, hidden: bool, forbid) -> object:
+        registry.append(
+            Test(current["question"], function.__name__, hidden, function, list(forbid))
+        )
+        return function
+
+    def public(function=None, *, forbid=()):
+        if function is None:
+            return lambda f: register(f, False, forbid)
+        return register(function, False, forbid)
+
+    def hidden(function=None, *, forbid=()):
+        if function is None:
+            return lambda f: register(f, True, forbid)
+        return register(function, True, forbid)
+
+    return {
+        "np": np,
+        "math": math,
+        "call": call,
+        "value": value,
+        "tensor": _Tensor,
+        "public": public,
+        "hidden": hidden,
+    }
+
+
+_RULE = re.compile(r"^(\w+)\s*=\s*(.+?)\s*#\s*(uniform|integers|choice)\((.*)\)\s*$")
+
+
+def parse_parameters(source: str) -> list[Parameter]:
+    """The per-student parameters of a ``# PARAMETERS`` cell, one ``NAME = default  # rule``."""
+    import ast
+
+    found = []
+    for line in source.splitlines()[1:]:
+        match = _RULE.match(line.strip())
+        if match:
+            name, default, rule, arguments = match.groups()
+            found.append(
+                Parameter(
+                    name, ast.literal_eval(default), rule, list(ast.literal_eval(f"[{arguments}]"))
+                )
+            )
+    return found
+
+
+def draw(parameters: list[Parameter], secret: str, assignment: str, student: str | None) -> dict:
+    """A student's parameter values from the secret and their id (the defaults without an id)."""
+    values = {}
+    for p in parameters:
+        if student is None:
+            values[p.name] = p.default
+            continue
+        rng = np.random.default_rng(
+            int.from_bytes(derive(secret, assignment, student, p.name)[:8], "big")
+        )
+        if p.rule == "uniform":
+            low, high, *digits = p.arguments
+            values[p.name] = round(float(rng.uniform(low, high)), digits[0] if digits else 3)
+        elif p.rule == "integers":
+            values[p.name] = int(rng.integers(p.arguments[0], p.arguments[1] + 1))
+        else:
+            values[p.name] = p.arguments[int(rng.integers(len(p.arguments)))]
+    return values
+
+
+def _config(text: str) -> dict:
+    import yaml
+
+    body = text.split("\n", 1)[1] if "\n" in text else ""
+    return yaml.safe_load(body) or {}
+
+
+def load(name: str, folder: Path = SOURCES) -> Assignment:
+    """Parse ``folder/<name>.md``: questions, points, tests, the solution's code cells."""
+    import jupytext
+
+    source = folder / f"{name}.md"
+    if not source.is_file():
+        raise ValueError(f"no assignment {name!r}: {source} does not exist")
+    notebook = jupytext.read(source, fmt="md:myst")
+    questions: dict[str, Question] = {}
+    registry: list[Test] = []
+    current: dict = {"question": None}
+    namespace = _language(registry, current)
+    solution, parameters, in_tests = [], [], False
+    for index, cell in enumerate(notebook.cells):
+        text = cell.source.strip()
+        if cell.cell_type == "raw":
+            if text.startswith("# BEGIN QUESTION"):
+                config = _config(text)
+                question = Question(
+                    str(config["name"]),
+                    float(config.get("points", 0)),
+                    bool(config.get("manual", False)),
+                    bool(config.get("all_or_nothing", True)),
+                )
+                questions[question.name] = question
+                current["question"] = question.name
+            elif text.startswith("# END QUESTION"):
+                current["question"] = None
+            elif text.startswith("# BEGIN TESTS"):
+                in_tests = True
+            elif text.startswith("# END TESTS"):
+                in_tests = False
+            continue
+        if cell.cell_type != "code" or in_tests:
+            continue
+        if text.startswith(GRADING_MARK):
+            exec(compile(cell.source, f"{source}:grading", "exec"), namespace)
+            continue
+        if text.startswith(PARAMETERS_MARK):
+            parameters += parse_parameters(text)
+        solution.append((index, cell.source))
+    for test in registry:
+        if test.question is None or test.question not in questions:
+            raise ValueError(f"{source}: test {test.name} is outside a question")
+        questions[test.question].tests.append(test)
+    for question in questions.values():
+        if not question.manual and not question.tests:
+            raise ValueError(f"{source}: question {question.name} has no # GRADING tests")
+    return Assignment(name, source, questions, solution, parameters)
+
+
+def probes(assignment: Assignment, test: Test, secret: str) -> list[Probe]:
+    """The probes of one test, its inputs drawn from the secret when it is hidden."""
+    if test.hidden:
+        rng = np.random.default_rng(seed(secret, assignment.name, test.question, test.name))
+        made = test.make(rng)
+    else:
+        made = test.make()
+    return list(made) if isinstance(made, list | tuple) else [made]
+
+
+# ----------------------------------------------------------------------------------------------
+# Running notebooks in sandboxes
+
+
+@dataclass
+class Run:
+    """What came back from one sandbox: results per variant and test, failed cells, output."""
+
+    results: dict[tuple[int, str], dict] = field(default_factory=dict)
+    cells: list[dict] = field(default_factory=list)
+    finished: bool = False
+    output: str = ""
+    status: str = "graded"
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Settings:
+    timeout: float = 300.0
+    cell_timeout: float = 60.0
+    memory: int = 4 * 2**30
+    jobs: int = 2
+    secret: str = DEFAULT_SECRET
+    unsandboxed: bool = False
+
+
+def readable(text: str, limit: int = 100_000) -> str:
+    """Text safe to show in a terminal or a file: no control characters, at most ``limit``."""
+    text = "".join(c if c in "\n\t" or c.isprintable() else "?" for c in text[:limit])
+    return text + ("\n[... cut]" if len(text) >= limit else "")
+
+
+def _parse_results(stdout: bytes, run: Run) -> None:
+    for line in stdout.decode("utf-8", "replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "cell" in record and "status" in record:
+            run.cells.append(record)
+        elif "key" in record and "values" in record:
+            run.results[(record.get("variant", 0), str(record["key"]))] = record
+        elif record.get("done") is True:
+            run.finished = True
+
+
+def _mounts() -> list[tuple[Path, str]]:
+    """Read-only folders of a sandbox: Python, the venv, the book's ``lib``, the harness."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("lib")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the book's lib package is not installed in this environment")
+    lib_dir = Path(list(spec.submodule_search_locations)[0])
+    mounts = [(p, str(p)) for p in sandbox.python_mounts()]
+    mounts.append((lib_dir, str(lib_dir)))
+    mounts.append((HARNESS, "/grader/grading_harness.py"))
+    return mounts
+
+
+def execute(cells, variants, settings: Settings, slot: int) -> Run:
+    """Run code ``cells`` with the harness in a sandbox; ``variants`` as in the harness's job."""
+    job = json.dumps({"cells": cells, "cell_timeout": settings.cell_timeout, "variants": variants})
+    limits = sandbox.Limits(
+        wall_seconds=settings.timeout,
+        cpu_seconds=int(math.ceil(settings.timeout)),
+        memory_bytes=settings.memory,
+    )
+    argv = [str(Path(sys.executable).absolute()), "-I", "-B", "/grader/grading_harness.py"]
+    if settings.unsandboxed:
+        argv[-1] = str(HARNESS)
+        result = sandbox.run_unsandboxed(argv, stdin=job.encode(), limits=limits)
+    else:
+        result = sandbox.run(argv, stdin=job.encode(), mounts=_mounts(), limits=limits, slot=slot)
+    run = Run(seconds=result.seconds, notes=result.notes)
+    _parse_results(result.stdout, run)
+    run.output = readable(result.stderr.decode("utf-8", "replace"))
+    if result.timed_out:
+        run.status = f"timeout after {settings.timeout:g} s"
+    elif not run.finished:
+        run.status = f"stopped early (exit code {result.returncode})"
+    return run
+
+
+def _variant(assignment: Assignment, tests: list[tuple[Test, list[Probe]]], parameters) -> dict:
+    return {
+        "parameters": encode(parameters) if parameters is not None else None,
+        "tests": [
+            {"key": t.key, "forbid": t.forbid, "probes": [p.spec for p in ps]} for t, ps in tests
+        ],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Verdicts, computed here
+
+
+def _numbers(value):
+    """A JSON result as a float64 array (None stays None); ValueError if it is not numbers."""
+    if value is None:
+        return None
+    array = np.array(value, dtype=np.float64)  # ragged or non-numeric input raises
+    return array
+
+
+def compare(got, expected, probe: Probe) -> str | None:
+    """Why ``got`` is not ``expected`` (both plain JSON values), or None when it matches."""
+    try:
+        answer, reference = _numbers(got), _numbers(expected)
+    except (TypeError, ValueError):
+        return "the answer is not numbers"
+    if reference is None or answer is None:
+        return None if answer is None and reference is None else "returned None"
+    if answer.size == reference.size == 1:
+        answer, reference = answer.reshape(()), reference.reshape(())
+    if answer.shape != reference.shape:
+        return f"shape {answer.shape}, expected {reference.shape}"
+    if probe.exact:  # integers and booleans: an exact comparison is right
+        same = np.array_equal(answer, reference, equal_nan=True)
+    else:
+        same = np.allclose(answer, reference, rtol=probe.rtol, atol=probe.atol, equal_nan=True)
+    if same:
+        return None
+    with np.errstate(invalid="ignore"):
+        worst = np.nanmax(np.abs(answer - reference)) if answer.size else 0.0
+    return f"differs from the expected value (largest difference {worst:.3g})"
+
+
+@dataclass
+class Verdict:
+    test: Test
+    passed: bool
+    reason: str = ""
+    shown: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Grade:
+    submission: str
+    student: str = ""
+    scores: dict[str, float] = field(default_factory=dict)
+    status: str = "graded"
+    seconds: float = 0.0
+    verdicts: list[Verdict] = field(default_factory=list)
+    run: Run | None = None
+    written: dict[str, str] = field(default_factory=dict)
+
+
+def judge(
+    assignment: Assignment,
+    tests: list[tuple[Test, list[Probe]]],
+    answer: Run,
+    reference: Run,
+    variant: int,
+) -> list[Verdict]:
+    """Compare every probe of every test with the reference's run (``variant`` of it)."""
+    verdicts = []
+    for test, test_probes in tests:
+        expected = reference.results.get((variant, test.key))
+        if expected is None or any(expected["errors"]):
+            raise RuntimeError(
+                f"the reference solution of {assignment.name} fails its own test {test.key}: "
+                f"{expected and expected['errors']}\n{reference.output[-3000:]}"
+            )
+        got = answer.results.get((0, test.key))
+        verdict = Verdict(test, True)
+        for index, probe in enumerate(test_probes):
+            if got is None:
+                why = "not run (the notebook stopped before it)"
+            elif got["errors"][index] if index < len(got["errors"]) else True:
+                why = "raised " + str(got["errors"][index] if index < len(got["errors"]) else "")
+            else:
+                why = compare(got["values"][index], expected["values"][index], probe)
+            if why is not None:
+                verdict.passed = False
+                verdict.reason = verdict.reason or why
+                if not test.hidden:
+                    shown = got["values"][index] if got and index < len(got["values"]) else None
+                    verdict.shown.append(
+                        f"{probe.shown}: {why}; expected {_short(expected['values'][index])}"
+                        + ("" if shown is None else f", got {_short(shown)}")
+                    )
+        verdicts.append(verdict)
+    return verdicts
+
+
+def score(assignment: Assignment, verdicts: list[Verdict]) -> dict[str, float]:
+    scores = {}
+    for question in assignment.questions.values():
+        if question.manual:
+            continue
+        mine = [v for v in verdicts if v.test.question == question.name]
+        passed = sum(v.passed for v in mine)
+        if question.all_or_nothing:
+            scores[question.name] = question.points if mine and passed == len(mine) else 0.0
+        else:
+            scores[question.name] = question.points * passed / len(mine) if mine else 0.0
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Submissions
+
+
+@dataclass
+class Submission:
+    path: Path
+    notebook: dict | None = None
+    problem: str = ""
+
+    @property
+    def meta(self) -> dict:
+        meta = (self.notebook or {}).get("metadata") or {}
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def assignment(self) -> str | None:
+        for key, field_name in (("course", "assignment"), ("otter", "assignment_name")):
+            value = self.meta.get(key)
+            if isinstance(value, dict) and isinstance(value.get(field_name), str):
+                return value[field_name]
+        return None
+
+    @property
+    def student(self) -> str | None:
+        course = self.meta.get("course")
+        if isinstance(course, dict) and isinstance(course.get("student"), str):
+            return course["student"]
+        return None
+
+    def cells(self) -> list[tuple[int, str]]:
+        found = []
+        for index, cell in enumerate(self.notebook.get("cells") or []):
+            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                continue
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            if isinstance(source, str):
+                found.append((index + 1, source))
+        return found
+
+    def markdown(self) -> list[tuple[int, str]]:
+        found = []
+        for index, cell in enumerate(self.notebook.get("cells") or []):
+            if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
+                source = cell.get("source", "")
+                source = "".join(source) if isinstance(source, list) else str(source)
+                found.append((index + 1, source))
+        return found
+
+
+def read_submission(path: Path) -> Submission:
+    """A submitted file, parsed as plain JSON (never executed); ``problem`` says what is wrong."""
+    submission = Submission(path)
+    try:
+        if path.is_symlink() or not path.is_file():
+            submission.problem = "not a regular file"
+            return submission
+        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            submission.problem = f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB"
+            return submission
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+            raise ValueError("no cells")
+        submission.notebook = notebook
+    except (OSError, ValueError, UnicodeDecodeError):
+        submission.problem = "not a notebook (the file is not Jupyter notebook JSON)"
+    return submission
+
+
+def cell_labels(submission: Submission) -> dict[int, str]:
+    """``{cell number: "Question 2"}``: the question whose prompt precedes each cell."""
+    labels, current = {}, ""
+    markdown = dict(submission.markdown())
+    for number in range(1, len(submission.notebook.get("cells") or []) + 1):
+        match = re.search(r"\*\*Question (\d+)", markdown.get(number, ""))
+        if match:
+            current = f"Question {match.group(1)}"
+        labels[number] = current
+    return labels
+
+
+def written_answers(submission: Submission, assignment: Assignment) -> dict[str, str]:
+    """The Markdown answer to each manually graded question (the cell after its prompt)."""
+    answers = {}
+    markdown = submission.markdown()
+    for name in assignment.manual:
+        number = name.lstrip("q")
+        for position, (_, text) in enumerate(markdown):
+            if re.search(rf"\*\*Question {number}\b", text) and position + 1 < len(markdown):
+                answers[name] = markdown[position + 1][1]
+    return answers
+
+
+# ----------------------------------------------------------------------------------------------
+# A folder
+
+
+def _which_assignment(submissions: list[Submission], assignment: str | None) -> str:
+    if assignment is not None:
+        return assignment
+    counts: dict[str, int] = {}
+    for s in submissions:
+        if s.assignment is not None:
+            counts[s.assignment] = counts.get(s.assignment, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        raise ValueError(
+            "cannot tell which assignment these notebooks are for (found "
+            f"{sorted(counts) or 'none'}); grade one assignment per folder, or name it with "
+            "--assignment (make grade ... ASSIGNMENT=name)"
+        )
+    return ranked[0][0]
+
+
+def _tests_for(assignment: Assignment, secret: str) -> list[tuple[Test, list[Probe]]]:
+    return [
+        (test, probes(assignment, test, secret))
+        for question in assignment.questions.values()
+        for test in question.tests
+    ]
+
+
+class Slots:
+    """Sandbox slots (each a uid of its own when we are root), one per concurrent job."""
+
+    def __init__(self, count: int):
+        self.free: queue.Queue[int] = queue.Queue()
+        for slot in range(count):
+            self.free.put(slot)
+
+    def run(self, function, *args):
+        slot = self.free.get()
+        try:
+            return function(*args, slot)
+        finally:
+            self.free.put(slot)
+
+
+def _safe_name(name: str) -> str:
+    name = readable(name, 200).replace("\n", " ").replace("\t", " ")
+    return "'" + name if name and name[0] in "=+-@" else name  # no spreadsheet formulas
+
+
+def grade_folder(
+    folder: Path,
+    *,
+    assignment: str | None = None,
+    settings: Settings | None = None,
+    sources: Path = SOURCES,
+    echo=print,
+    before=None,
+) -> Path:
+    """Grade every ``*.ipynb`` in ``folder``; write ``folder/grades.csv`` and return its path."""
+    settings = settings or Settings()
+    folder = Path(folder)
+    paths = sorted(p for p in folder.glob("*.ipynb"))
+    if not paths:
+        raise ValueError(f"{folder}: no .ipynb submissions to grade")
+    if not settings.unsandboxed:
+        sandbox.check()
+    submissions = [read_submission(p) for p in paths]
+    name = _which_assignment(submissions, assignment)
+    if before is not None:
+        before(name)
+    spec = load(name, sources)
+    tests = _tests_for(spec, settings.secret)
+    if settings.secret == DEFAULT_SECRET:
+        echo("note: no COURSE_SECRET given: the hidden tests' inputs are the public default ones")
+    for s in submissions:
+        if s.problem:
+            continue
+        if s.assignment is not None and s.assignment != name:
+            s.problem = f"a notebook of another assignment ({readable(s.assignment, 80)})"
+    # Parameters: one reference variant per distinct set (a student's, or the defaults).
+    parameter_sets: list[dict] = []
+    student_variant: dict[str, int] = {}
+    for s in submissions:
+        if s.problem:
+            continue
+        values = draw(spec.parameters, settings.secret, name, s.student)
+        if values not in parameter_sets:
+            parameter_sets.append(values)
+        student_variant[s.path.name] = parameter_sets.index(values)
+    if not parameter_sets:
+        parameter_sets.append(draw(spec.parameters, settings.secret, name, None))
+    total = sum(spec.auto.values())
+    echo(
+        f"grading {len(paths)} submissions of {name!r} ({total:g} points), {settings.jobs} at once"
+    )
+    slots = Slots(max(1, settings.jobs))
+    grades: dict[str, Grade] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+        reference_job = pool.submit(
+            slots.run,
+            execute,
+            spec.solution_cells,
+            [_variant(spec, tests, p) for p in parameter_sets],
+            settings,
+        )
+        jobs = {}
+        for s in submissions:
+            if s.problem:
+                continue
+            parameters = parameter_sets[student_variant[s.path.name]]
+            variant = _variant(spec, tests, parameters)
+            jobs[pool.submit(slots.run, execute, s.cells(), [variant], settings)] = s
+        reference = reference_job.result()
+        if not reference.finished:
+            raise RuntimeError(
+                f"the reference solution of {name} did not run to its end ({reference.status}):\n"
+                + reference.output[-3000:]
+            )
+        done = 0
+        for s in submissions:  # files that could not be graded: a row each, with the reason
+            if s.problem:
+                done += 1
+                grades[s.path.name] = Grade(s.path.name, status=s.problem)
+                echo(
+                    f"[{done}/{len(paths)}] {_safe_name(s.path.name)}: 0 / {total:g} ({s.problem})"
+                )
+        for future in concurrent.futures.as_completed(jobs):
+            s = jobs[future]
+            run = future.result()
+            grade = Grade(s.path.name, student=s.student or "", run=run, status=run.status)
+            grade.seconds = run.seconds
+            grade.verdicts = judge(spec, tests, run, reference, student_variant[s.path.name])
+            grade.scores = score(spec, grade.verdicts)
+            grade.written = written_answers(s, spec)
+            grades[s.path.name] = grade
+            done += 1
+            got = sum(grade.scores.values())
+            echo(
+                f"[{done}/{len(paths)}] {_safe_name(s.path.name)}: {got:g} / {total:g} "
+                f"({grade.status}, {grade.seconds:.0f} s)"
+            )
+    # Every sandbox is gone: now, and only now, the grades are written.
+    labels = {s.path.name: cell_labels(s) for s in submissions if not s.problem}
+    _write_feedback(folder, spec, submissions, grades, labels)
+    table = _write_grades(folder, spec, submissions, grades)
+    _write_written(folder, spec, submissions, grades)
+    echo(f"wrote {table}")
+    return table
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, delete=False, encoding="utf-8", newline=""
+    ) as f:
+        f.write(text)
+        temporary = Path(f.name)
+    os.replace(temporary, path)
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _write_grades(folder: Path, spec: Assignment, submissions, grades) -> Path:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    auto, manual = list(spec.auto), list(spec.manual)
+    writer.writerow(["submission", "student", *auto, *manual, "score", "possible", "status"])
+    for s in submissions:
+        grade = grades[s.path.name]
+        scores = [grade.scores.get(q, 0.0) for q in auto]
+        writer.writerow(
+            [
+                _safe_name(s.path.name),
+                _safe_name(grade.student),
+                *map(_num, scores),
+                *["" for _ in manual],  # graded by hand: see written/
+                _num(sum(scores)),
+                _num(sum(spec.auto.values())),
+                grade.status,
+            ]
+        )
+    table = folder / "grades.csv"
+    _atomic_write(table, buffer.getvalue())
+    return table
+
+
+def _feedback_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> str:
+    lines = [f"Feedback on {_safe_name(grade.submission)} ({spec.name})", ""]
+    if grade.status != "graded":
+        lines += [f"Grading: {grade.status}.", ""]
+    if grade.run is not None and grade.run.cells:
+        lines.append("Cells of your notebook that failed while it was graded:")
+        for cell in grade.run.cells[:20]:
+            where = labels.get(cell.get("cell"), "")
+            where = f", {where}" if where else ""
+            what = "ran too long and was stopped" if cell.get("status") == "timeout" else "raised"
+            lines.append(
+                f"  cell {cell.get('cell')}{where}: {what}: {readable(str(cell.get('error')), 300)}"
+            )
+        lines.append("")
+    for question in spec.questions.values():
+        if question.manual:
+            lines += [f"{question.name}: graded by hand ({question.points:g} points)", ""]
+            continue
+        got = grade.scores.get(question.name, 0.0)
+        lines.append(f"{question.name}: {got:g} / {question.points:g}")
+        for verdict in grade.verdicts:
+            if verdict.test.question != question.name:
+                continue
+            kind = "hidden" if verdict.test.hidden else "public"
+            lines.append(
+                f"  {kind} test {verdict.test.name}: {'passed' if verdict.passed else 'failed'}"
+            )
+            lines += [f"    {readable(text, 400)}" for text in verdict.shown[:3]]
+        lines.append("")
+    lines.append(
+        "Hidden tests ask each question again on inputs you have not seen; only their names and "
+        "results are shown."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _log_text(spec: Assignment, grade: Grade) -> str:
+    lines = [_feedback_text(spec, grade, {}), "--- for the instructor ---"]
+    for verdict in grade.verdicts:
+        if not verdict.passed:
+            lines.append(f"{verdict.test.key}: {readable(verdict.reason, 400)}")
+    if grade.run is not None:
+        lines += [f"sandbox: {grade.run.seconds:.1f} s; {'; '.join(grade.run.notes)}"]
+        lines += [
+            "--- the notebook's own output (control characters removed) ---",
+            grade.run.output,
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_feedback(folder: Path, spec: Assignment, submissions, grades, labels) -> None:
+    feedback, logs = folder / "feedback", folder / "grading-logs"
+    feedback.mkdir(exist_ok=True)
+    logs.mkdir(exist_ok=True)
+    for s in submissions:
+        grade = grades[s.path.name]
+        stem = s.path.stem
+        _atomic_write(
+            feedback / f"{stem}.txt", _feedback_text(spec, grade, labels.get(s.path.name, {}))
+        )
+        _atomic_write(logs / f"{stem}.txt", _log_text(spec, grade))
+
+
+def _write_written(folder: Path, spec: Assignment, submissions, grades) -> None:
+    if not spec.manual:
+        return
+    written = folder / "written"
+    written.mkdir(exist_ok=True)
+    for name, points in spec.manual.items():
+        parts = [f"# {spec.name}, {name} ({points:g} points, graded by hand)", ""]
+        for s in submissions:
+            answer = grades[s.path.name].written.get(name, "*(no answer found)*")
+            parts += [f"## {_safe_name(s.path.name)}", "", readable(answer, 20_000), ""]
+        _atomic_write(written / f"{name}.md", "\n".join(parts))

@@ -1,0 +1,355 @@
+"""Run untrusted code (a student's notebook) in a sandbox: bubblewrap, prlimit, a separate uid.
+
+The grader (tools/grading.py) runs every submission through :func:`run`. What the sandboxed process
+gets, and what it does not:
+
+- **Files.** A new mount namespace built by `bubblewrap <https://github.com/containers/bubblewrap>`_
+  (``bwrap``, the sandbox Flatpak uses): read-only views of ``/usr``, of the Python installation and
+  the virtual environment, and of the book's ``lib`` package; a private ``/tmp`` (a size-capped
+  tmpfs that vanishes with the sandbox) as its home and working folder; a minimal ``/dev`` and its
+  own ``/proc``. Nothing else of the machine is mounted: not the repository (solutions, hidden
+  tests), not the folder of submissions, not ``grades.csv``, not the other sandboxes.
+- **Namespaces.** ``--unshare-all``: its own user, PID, network (loopback only: no network),
+  IPC, UTS and cgroup namespaces; ``--die-with-parent`` and a PID namespace, so that killing
+  ``bwrap`` kills every process the submission started, detached or not; ``--new-session``, so it
+  cannot push characters into the instructor's terminal.
+- **Limits.** ``prlimit`` (util-linux) sets CPU seconds, address space (memory), the size of a
+  file, open files and, when the sandbox has a uid of its own, the number of processes.
+- **A uid of its own.** When the grader runs as root, each concurrent sandbox runs as its own
+  unprivileged uid (``setpriv``, util-linux), so that its process limit counts only its own
+  processes. Where the Python installation lies under a folder that uid cannot enter (``/root``),
+  it is bind-mounted to a staging folder first, in a private mount namespace of ``unshare``.
+
+Where bubblewrap is missing and we are root with apt-get (CI), it is installed
+(``apt-get install bubblewrap``); where it cannot run at all (no user namespaces), :func:`check`
+raises :class:`SandboxUnavailable` and the grader refuses to grade unless told to run unsandboxed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+UID_BASE = 2_000_000  # sandbox uids when we are root: UID_BASE + slot (no account needs them)
+STDOUT_CAP = 64 * 2**20  # bytes of the result stream kept
+STDERR_CAP = 256 * 2**10  # bytes of the submission's own output kept (head), for the log
+
+
+class SandboxUnavailable(RuntimeError):
+    """This machine cannot run bubblewrap sandboxes (missing, or no user namespaces)."""
+
+
+@dataclass
+class Limits:
+    """Resource limits of one sandbox (``prlimit`` names in brackets)."""
+
+    wall_seconds: float = 300.0  # killed after this, whatever it does
+    cpu_seconds: int = 300  # [--cpu] CPU time: SIGXCPU, then SIGKILL 5 s later
+    memory_bytes: int = 4 * 2**30  # [--as] address space of each process
+    processes: int = 64  # [--nproc] processes and threads of the sandbox's uid
+    tmp_bytes: int = 256 * 2**20  # size of its private /tmp (a tmpfs)
+    file_bytes: int = 128 * 2**20  # [--fsize] largest file it may write
+    open_files: int = 256  # [--nofile]
+
+
+@dataclass
+class Result:
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    timed_out: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def bwrap_path(install: bool = True) -> str:
+    """The ``bwrap`` executable; installed with apt-get when missing and we are root."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    if install and is_root() and shutil.which("apt-get"):
+        print("grade: no bubblewrap; installing Debian's bubblewrap with apt-get", flush=True)
+        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        steps = (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "bubblewrap"])
+        for step in steps:
+            subprocess.run(step, check=True, env=quiet, stdout=subprocess.DEVNULL)
+        found = shutil.which("bwrap")
+        if found:
+            return found
+    raise SandboxUnavailable(
+        "grading runs each submission in a bubblewrap sandbox, and bwrap is not installed: run "
+        "`sudo apt-get install bubblewrap` (Debian/Ubuntu) or `sudo dnf install bubblewrap`, or "
+        "grade unsandboxed at your own risk with --unsandboxed (make grade UNSANDBOXED=1)"
+    )
+
+
+_CHECKED: dict[str, str] = {}
+
+
+def check(install: bool = True) -> str:
+    """Return the ``bwrap`` path once a trivial sandbox has run; raise SandboxUnavailable if not."""
+    if "bwrap" in _CHECKED:
+        return _CHECKED["bwrap"]
+    bwrap = bwrap_path(install)
+    probe = subprocess.run(
+        [bwrap, "--unshare-all", *_system_mounts(), "--", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        raise SandboxUnavailable(
+            "bubblewrap cannot create a sandbox on this machine (user namespaces disabled?): "
+            f"{probe.stderr.strip()}; grade unsandboxed at your own risk with --unsandboxed"
+        )
+    _CHECKED["bwrap"] = bwrap
+    return bwrap
+
+
+def _system_mounts() -> list[str]:
+    """``/usr`` read-only, and ``/bin``, ``/lib``... as on the host (symlinks or binds)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "alternatives"):
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _enterable_by_others(path: Path) -> bool:
+    """Whether a uid other than ours can reach ``path`` (every folder above it has o+x)."""
+    for folder in [*reversed(path.parents), path]:
+        try:
+            mode = folder.stat().st_mode
+        except OSError:
+            return False
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+            return False
+    return True
+
+
+def python_mounts() -> list[Path]:
+    """The folders this interpreter needs: its installation and the virtual environment."""
+    folders = {Path(sys.base_prefix).resolve(), Path(sys.prefix).absolute()}
+    return sorted(folders)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.kill()
+
+
+def _reader(stream, cap: int, into: bytearray) -> None:
+    """Read ``stream`` to its end, keeping the first ``cap`` bytes (the rest is discarded)."""
+    while True:
+        chunk = stream.read(65536)
+        if not chunk:
+            return
+        room = cap - len(into)
+        if room > 0:
+            into += chunk[:room]
+
+
+def _writer(stream, data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.close()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _communicate(process: subprocess.Popen, stdin: bytes, wall_seconds: float) -> Result:
+    """Feed ``stdin``, collect capped stdout and stderr, kill the process group at the deadline."""
+    start = time.monotonic()
+    out, err = bytearray(), bytearray()
+    threads = [
+        threading.Thread(target=_reader, args=(process.stdout, STDOUT_CAP, out), daemon=True),
+        threading.Thread(target=_reader, args=(process.stderr, STDERR_CAP, err), daemon=True),
+        threading.Thread(target=_writer, args=(process.stdin, stdin), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    timed_out = False
+    try:
+        process.wait(timeout=wall_seconds)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    _kill(process)  # the whole process group, finished or not (bwrap takes its namespace along)
+    process.wait()
+    for thread in threads[:2]:
+        thread.join(timeout=10)
+    result = Result(process.returncode, bytes(out), bytes(err), time.monotonic() - start)
+    result.timed_out = timed_out
+    return result
+
+
+def _leftover(uid: int) -> list[int]:
+    """Processes still running as ``uid`` (none should survive a sandbox: checked, and killed)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info.get("uids")
+        if uids is not None and uid in (uids.real, uids.effective):
+            found.append(proc.pid)
+    return found
+
+
+def command(
+    argv: list[str],
+    mounts: list[tuple[Path, str]],
+    limits: Limits,
+    *,
+    slot: int = 0,
+    env: dict[str, str] | None = None,
+    staging: Path | None = None,
+) -> tuple[list[str], int | None]:
+    """The full command line of a sandbox running ``argv``, and the uid it runs as (or None).
+
+    ``mounts`` are (host path, sandbox path) pairs, bound read-only.
+    """
+    bwrap = check()
+    uid = UID_BASE + slot if is_root() else None
+    staged: list[tuple[str, str]] = []
+    binds: list[str] = []
+    for host, inside in mounts:
+        source = str(host)
+        if uid is not None and not _enterable_by_others(Path(host)):
+            if staging is None:
+                raise ValueError("staging: a folder is needed to stage " + source)
+            target = staging / f"m{len(staged)}"
+            if Path(host).is_dir():
+                target.mkdir()
+            else:
+                target.touch()
+            staged.append((source, str(target)))
+            source = str(target)
+        binds += ["--ro-bind", source, inside]
+    environment = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "USER": "student",
+        "LANG": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": "/tmp/.matplotlib",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        **(env or {}),
+    }
+    sandbox = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+    ]
+    sandbox += ["--clearenv", "--hostname", "sandbox"]
+    for key, value in environment.items():
+        sandbox += ["--setenv", key, value]
+    sandbox += _system_mounts() + binds
+    sandbox += ["--proc", "/proc", "--dev", "/dev"]
+    sandbox += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
+    rlimits = [
+        "prlimit",
+        f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 5}",
+        f"--as={limits.memory_bytes}",
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+    ]
+    if uid is not None:
+        rlimits.append(f"--nproc={limits.processes}")
+    line = [*rlimits, "--", *sandbox, *argv]
+    if uid is not None:
+        line = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *line]
+    if staged:  # a private mount namespace in which the staging folders show the real ones
+        script = 'while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 97; shift 2; done'
+        script += '; shift; exec "$@"'
+        pairs = [part for pair in staged for part in pair]
+        prefix = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script]
+        line = [*prefix, "sh", *pairs, "--", *line]
+    return line, uid
+
+
+def run(
+    argv: list[str],
+    *,
+    stdin: bytes,
+    mounts: list[tuple[Path, str]],
+    limits: Limits,
+    slot: int = 0,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Run ``argv`` in a fresh sandbox, feed it ``stdin``, and return what it wrote.
+
+    Whatever happens, when this returns the sandbox's processes are gone (the PID namespace dies
+    with ``bwrap``, which is killed after ``limits.wall_seconds``) and its temporary files with it.
+    """
+    with tempfile.TemporaryDirectory(prefix="sandbox-stage-") as stage_dir:
+        staging = Path(stage_dir)
+        staging.chmod(0o755)
+        line, uid = command(argv, mounts, limits, slot=slot, env=env, staging=staging)
+        process = subprocess.Popen(
+            line,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        result = _communicate(process, stdin, limits.wall_seconds)
+        if uid is not None:
+            _reap(uid, result)
+    return result
+
+
+def _reap(uid: int, result: Result) -> None:
+    """Wait for the namespace's processes to go (killing bwrap kills them); kill any that stay."""
+    deadline = time.monotonic() + 5
+    while _leftover(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = _leftover(uid)
+    for pid in survivors:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if survivors:
+        result.notes.append(f"killed {len(survivors)} process(es) that outlived the sandbox")
+
+
+def run_unsandboxed(argv: list[str], *, stdin: bytes, limits: Limits) -> Result:
+    """The same without any isolation (only the limits): for ``--unsandboxed`` grading only."""
+    with tempfile.TemporaryDirectory(prefix="unsandboxed-") as scratch:
+        rlimits = ["prlimit", f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}", "--"]
+        env = {**os.environ, "HOME": scratch, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+        process = subprocess.Popen(
+            [*rlimits, *argv],
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        return _communicate(process, stdin, limits.wall_seconds)
