@@ -55,16 +55,23 @@ import torch
 from lib import s4d
 from lib._checks import (
     DTYPE,
+    _describe,
     as_callable,
+    as_float,
     as_int,
     as_list,
     as_positive_float,
+    as_seed,
     as_seeds,
     as_tensor,
-    check_finite_result,
 )
+from lib.s4d import _as_indices, _as_labels, _as_model_tensor, _per_run_cross_entropy
+from lib.s4d_ops import MODEL_DTYPES, _all_finite, _check_result
 
 Params = dict[str, torch.Tensor]
+
+MAX_INDEX = 2**63 - 1  # class and test indices are int64 tensors
+MAX_LENGTH = 2**31  # sequence positions (row_weights holds one float64 per position: 16 GiB)
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,8 @@ class Victim:
     differentiates through a parameter gradient); ``train(x, labels, seeds)`` trains R runs from
     scratch, run r on x[r] (R, n, L) with labels[r] (R, n), initialized and shuffled with
     ``seeds[r]``. ``dtype`` is the precision ``logits`` computes in. The per-run loss is the mean
-    cross-entropy of the logits (:meth:`per_run_loss`).
+    cross-entropy of the logits (:meth:`per_run_loss`). The attack checks its inputs once and the
+    logits of the first call (shape (R, B, K), finite); ``logits`` itself need not check.
     """
 
     name: str
@@ -96,13 +104,37 @@ class Victim:
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {self.dtype!r}")
 
     def per_run_loss(self, params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy of each run on its own batch: x (R, B, L), labels (R, B) → (R,)."""
+        """Mean cross-entropy of each run on its own batch: x (R, B, L), labels (R, B) → (R,).
+
+        ``params`` R runs of this family (finite float32/float64 tensors), ``x`` finite (computed
+        in :attr:`dtype`), ``labels`` integer classes 0..K−1 of the logits' K classes.
+        """
+        runs = _check_runs(params)
+        x = _as_model_tensor(x, "x", self.dtype)
+        if x.ndim != 3 or x.shape[0] != runs or 0 in x.shape:
+            raise ValueError(
+                f"x must have shape ({runs}, B, L) with B, L >= 1 (one batch per run), "
+                f"got {tuple(x.shape)}"
+            )
+        out = self._checked_logits(params, x)
+        labels = _as_labels(labels, "labels", tuple(x.shape[:2]), out.shape[-1])
+        return _per_run_cross_entropy(out, labels)
+
+    def _checked_logits(self, params: Params, x: torch.Tensor) -> torch.Tensor:
+        """``logits(params, x)``, which must be finite and of shape (R, B, K) with K ≥ 2."""
         out = self.logits(params, x)
-        r, b, k = out.shape
-        ce = torch.nn.functional.cross_entropy(
-            out.reshape(r * b, k), labels.reshape(r * b), reduction="none"
-        )
-        return ce.reshape(r, b).mean(-1)
+        runs, batch = x.shape[:2]
+        if (
+            not isinstance(out, torch.Tensor)
+            or out.ndim != 3
+            or tuple(out.shape[:2]) != (runs, batch)
+            or out.shape[2] < 2
+        ):
+            raise ValueError(
+                f"the {self.name} victim's logits must have shape ({runs}, {batch}, K) with "
+                f"K >= 2, got {_describe(out)}"
+            )
+        return _check_result(out, f"the {self.name} victim's logits")
 
 
 def s4d_victim(
@@ -137,26 +169,38 @@ def _check_victim(victim) -> Victim:
     return victim
 
 
-def runs_of(params) -> int:
-    """The number of runs R of a parameter dict (the common length of its leading axes)."""
+def runs_of(params, name: str = "params") -> int:
+    """The number of runs R ≥ 1 of a parameter dict (the common length of its leading axes)."""
     if not isinstance(params, dict) or not params:
-        raise ValueError(f"params must be a non-empty dict of tensors, got {params!r:.60}")
+        raise ValueError(f"{name} must be a non-empty dict of tensors, got {_describe(params)}")
     lengths = set()
-    for name, value in params.items():
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name} keys must be strings, got {key!r:.40}")
         if not isinstance(value, torch.Tensor) or value.ndim < 1:
-            raise ValueError(f"parameter {name!r} must be a tensor with a leading run axis")
+            raise ValueError(
+                f"{name}[{key!r}] must be a tensor with a leading run axis, got {_describe(value)}"
+            )
         lengths.add(int(value.shape[0]))
     if len(lengths) != 1:
         raise ValueError(f"the parameters disagree on the number of runs: {sorted(lengths)}")
-    return lengths.pop()
+    runs = lengths.pop()
+    if runs < 1:
+        raise ValueError(f"{name} must hold at least one run, got a leading axis of length 0")
+    return runs
 
 
-def replicate(params: Params, copies: int) -> Params:
-    """``copies`` identical runs of a one-run parameter dict (any victim family)."""
-    copies = as_int(copies, "copies", minimum=1)
-    if runs_of(params) != 1:
-        raise ValueError(f"replicate needs a one-run parameter dict, got {runs_of(params)} runs")
-    return {k: v.expand(copies, *v.shape[1:]).contiguous() for k, v in params.items()}
+def _check_runs(params, name: str = "params") -> int:
+    """R, the runs of ``params``, whose entries must be finite float32 or float64 tensors (what
+    the victim family itself requires of them its ``logits`` checks, or the logits show)."""
+    runs = runs_of(params, name)
+    for key, value in params.items():
+        if value.dtype not in MODEL_DTYPES or not _all_finite(value):
+            raise ValueError(
+                f"{name}[{key!r}] must be a finite float32 or float64 tensor, got "
+                f"{_describe(value)}" + ("" if value.dtype not in MODEL_DTYPES else " with nan/inf")
+            )
+    return runs
 
 
 @dataclass(frozen=True)
@@ -192,10 +236,31 @@ class Brew:
     adversarial: torch.Tensor
     restart_losses: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=DTYPE))
 
+    def __post_init__(self):
+        """Fields of matching shapes: A, P ≥ 1, indices ≥ 0, finite float64 values."""
+        self.poison_index = _as_indices(
+            self.poison_index, "poison_index", (None, None), None, "training indices"
+        )
+        a, p = self.poison_index.shape
+        if a == 0 or p == 0:
+            raise ValueError(f"poison_index must be (A, P) with A, P >= 1, got {(a, p)}")
+        self.delta = as_tensor(self.delta, "delta", shape=(a, p, None), nonempty=True)
+        self.matching_loss = as_tensor(self.matching_loss, "matching_loss", shape=(a,))
+        self.targets = _as_indices(self.targets, "targets", (a,), None, "test indices")
+        self.adversarial = _as_labels(self.adversarial, "adversarial", (a,), None)
+        self.restart_losses = as_tensor(self.restart_losses, "restart_losses")
+        if self.restart_losses.numel() and (
+            self.restart_losses.ndim != 2 or self.restart_losses.shape[0] != a
+        ):
+            raise ValueError(
+                f"restart_losses must be empty or of shape ({a}, restarts), "
+                f"got {tuple(self.restart_losses.shape)}"
+            )
+
 
 def row_weights(length: int, row_length: int) -> torch.Tensor:
     """Per-position weights w_p / λ = R − 1 − p // row_length for a sequence of R rows (float64)."""
-    length = as_int(length, "length", minimum=1)
+    length = as_int(length, "length", minimum=1, maximum=MAX_LENGTH)
     row_length = as_int(row_length, "row_length", minimum=1)
     if length % row_length:
         raise ValueError(f"length {length} is not a whole number of rows of {row_length}")
@@ -208,41 +273,44 @@ def last_elements_rel_size(delta, last: int) -> float:
 
     Poisons with δ_i = 0 count as 0 (no perturbation, none of it at the end).
     """
-    delta = as_tensor(delta, "delta", min_ndim=1)
+    delta = as_tensor(delta, "delta", min_ndim=1, nonempty=True)
     last = as_int(last, "last", minimum=1)
     if last > delta.shape[-1]:
         raise ValueError(f"last must be at most the sequence length {delta.shape[-1]}, got {last}")
     total = torch.linalg.vector_norm(delta, dim=-1)
     tail = torch.linalg.vector_norm(delta[..., -last:], dim=-1)
     ratio = torch.where(total > 0, tail / torch.where(total > 0, total, 1.0), 0.0)
-    return float(ratio.mean())
+    return float(_check_result(ratio.mean(), "the last elements' relative size"))
 
 
-def _check_labels(x: torch.Tensor, labels, name: str, x_name: str) -> torch.Tensor:
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D int64 torch tensor, got {labels!r:.60}")
-    if labels.shape[0] != x.shape[0]:
+def _check_labels(x: torch.Tensor, labels, name: str) -> torch.Tensor:
+    """One class label ≥ 0 per sequence of x (their upper end is the victim's classes)."""
+    return _as_labels(labels, name, (x.shape[0],), None)
+
+
+def _check_sequences(x, name: str, length: int | None = None) -> torch.Tensor:
+    """A finite float64 (n, L) set of n ≥ 1 sequences of L ≥ 1 steps (L = ``length`` if given)."""
+    x = as_tensor(x, name, ndim=2, nonempty=True)
+    if length is not None and x.shape[1] != length:
         raise ValueError(
-            f"{name} has length {labels.shape[0]} but {x_name} has {x.shape[0]} sequences"
+            f"{name} must hold sequences of x_train's length {length}, got length {x.shape[1]}"
         )
-    return labels
+    return x
 
 
 def choose_poisons(y_train, adversarial: int, budget: int, seed: int) -> torch.Tensor:
     """``budget`` distinct training indices of class ``adversarial``, drawn with ``seed``."""
-    if not isinstance(y_train, torch.Tensor) or y_train.dtype != torch.int64 or y_train.ndim != 1:
-        raise ValueError(f"y_train must be a 1-D int64 torch tensor, got {y_train!r:.60}")
-    adversarial = as_int(adversarial, "adversarial class", minimum=0)
+    y_train = _as_labels(y_train, "y_train", (None,), None)
+    adversarial = as_int(adversarial, "adversarial class", minimum=0, maximum=MAX_INDEX)
     budget = as_int(budget, "budget", minimum=1)
+    seed = as_seed(seed)
     members = torch.nonzero(y_train == adversarial).flatten()
     if budget > len(members):
         raise ValueError(
             f"budget {budget} is larger than the adversarial class {adversarial}, which has "
             f"{len(members)} training images"
         )
-    pick = np.random.default_rng(as_int(seed, "seed", minimum=0)).choice(
-        len(members), budget, replace=False
-    )
+    pick = np.random.default_rng(seed).choice(len(members), budget, replace=False)
     return members[torch.from_numpy(np.sort(pick))]
 
 
@@ -255,11 +323,31 @@ def _project(delta: torch.Tensor, base: torch.Tensor, eps: float, lo: float, hi:
 
 def _check_range(data_range) -> tuple[float, float]:
     if not isinstance(data_range, (tuple, list)) or len(data_range) != 2:
-        raise ValueError(f"data_range must be a pair (lo, hi), got {data_range!r:.60}")
-    lo, hi = float(data_range[0]), float(data_range[1])
+        raise ValueError(f"data_range must be a pair (lo, hi), got {_describe(data_range)}")
+    lo, hi = as_float(data_range[0], "data_range[0]"), as_float(data_range[1], "data_range[1]")
     if not lo < hi:
         raise ValueError(f"data_range must have lo < hi, got {data_range}")
     return lo, hi
+
+
+def _check_box(eps, data_range, images: torch.Tensor, what: str) -> tuple[float, float, float]:
+    """ε in (0, hi − lo] (a larger ε bounds nothing), (lo, hi), and ``images`` inside [lo, hi].
+
+    The images are compared with a slack of 1e-9 (hi − lo): a data range is computed from the same
+    standardization as the images but by another expression, which may round differently.
+    """
+    lo, hi = _check_range(data_range)
+    eps = as_positive_float(eps, "eps")
+    if eps > hi - lo:
+        raise ValueError(f"eps must be at most the data range's width {hi - lo}, got {eps}")
+    slack = 1e-9 * (hi - lo)
+    low, high = float(images.min()), float(images.max())
+    if low < lo - slack or high > hi + slack:
+        raise ValueError(
+            f"{what} must lie inside data_range [{lo}, {hi}] (perturbed images are projected "
+            f"back into it), got values in [{low}, {high}]"
+        )
+    return eps, lo, hi
 
 
 class _Matching:
@@ -269,7 +357,7 @@ class _Matching:
 
     def __init__(self, victim: Victim, surrogate: Params, x_t: torch.Tensor, adv, base):
         runs, members = len(adv), runs_of(surrogate)
-        self.loss = victim.per_run_loss
+        self.logits = victim.logits
         # runs in the order (member, attack): member k's copies are rows k·R … (k + 1)·R − 1
         copies = {
             k: v.to(victim.dtype).repeat_interleave(runs, dim=0).contiguous()
@@ -278,7 +366,14 @@ class _Matching:
         self.params = {k: v.requires_grad_() for k, v in copies.items()}
         self.members, self.runs = members, runs * members
         x_t, adv = x_t.repeat(members, 1), adv.repeat(members)
-        target_loss = self.loss(self.params, x_t[:, None, :], adv[:, None]).sum()
+        out = victim._checked_logits(self.params, x_t[:, None, :])
+        self.classes = int(out.shape[-1])
+        if int(adv.max()) >= out.shape[-1]:
+            raise ValueError(
+                f"adversarial classes must lie in 0..{out.shape[-1] - 1} (the surrogate's "
+                f"classes), got {int(adv.max())}"
+            )
+        target_loss = _per_run_cross_entropy(out, adv[:, None]).sum()
         grads = torch.autograd.grad(target_loss, list(self.params.values()))
         self.g_t = [g.detach().reshape(self.runs, -1) for g in grads]
         self.g_t_norm = torch.sqrt(sum((g * g).sum(-1) for g in self.g_t))
@@ -287,7 +382,7 @@ class _Matching:
 
     def __call__(self, delta: torch.Tensor, *, create_graph: bool = False) -> torch.Tensor:
         x = self.base + delta.repeat(self.members, 1, 1)
-        loss = self.loss(self.params, x, self.labels).sum()
+        loss = _per_run_cross_entropy(self.logits(self.params, x), self.labels).sum()
         g_p = torch.autograd.grad(loss, list(self.params.values()), create_graph=create_graph)
         flat = [g.reshape(self.runs, -1) for g in g_p]
         dot = sum((a * b).sum(-1) for a, b in zip(self.g_t, flat, strict=True))
@@ -295,10 +390,33 @@ class _Matching:
         return (1 - dot / (self.g_t_norm * norm)).reshape(self.members, -1).mean(0)
 
 
+def _check_classes(labels: dict[str, torch.Tensor], classes: int) -> None:
+    """Every label must be one of the victim's ``classes`` classes."""
+    for name, values in labels.items():
+        if int(values.max()) >= classes:
+            raise ValueError(
+                f"{name} must lie in 0..{classes - 1} (the victim's classes), "
+                f"got a label {int(values.max())}"
+            )
+
+
 def _check_surrogate(surrogate) -> Params:
-    """A parameter dict of K ≥ 1 runs: one surrogate, or an ensemble of K."""
-    runs_of(surrogate)
+    """A parameter dict of K ≥ 1 runs: one surrogate, or an ensemble of K (finite floats)."""
+    _check_runs(surrogate, "surrogate")
     return surrogate
+
+
+def _check_brew(brew_result, n_train: int, n_test: int) -> Brew:
+    """A :class:`Brew` whose poisons index the training set and targets the test set."""
+    if not isinstance(brew_result, Brew):
+        raise ValueError(
+            f"brew_result must be a Brew (as brew returns), got {_describe(brew_result)}"
+        )
+    _as_indices(
+        brew_result.poison_index, "brew_result.poison_index", None, n_train, "training indices"
+    )
+    _as_indices(brew_result.targets, "brew_result.targets", None, n_test, "test indices")
+    return brew_result
 
 
 def matching_loss(
@@ -309,20 +427,22 @@ def matching_loss(
     ``victim`` is the surrogate's family (default: S4D); an ensemble gives the members' mean."""
     victim = _check_victim(victim)
     surrogate = _check_surrogate(surrogate)
-    x_test = as_tensor(x_test, "x_test", ndim=2)
-    x_train = as_tensor(x_train, "x_train", ndim=2)
+    x_train = _check_sequences(x_train, "x_train")
+    x_test = _check_sequences(x_test, "x_test", x_train.shape[1])
+    brew_result = _check_brew(brew_result, len(x_train), len(x_test))
     delta = as_tensor(delta, "delta", ndim=3)
     index = brew_result.poison_index
-    if tuple(delta.shape[:2]) != tuple(index.shape):
+    if tuple(delta.shape) != (*index.shape, x_train.shape[1]):
         raise ValueError(
-            f"delta must have shape {tuple(index.shape)} + (L,), got {tuple(delta.shape)}"
+            f"delta must have shape {(*index.shape, x_train.shape[1])} (the brew's poisons, "
+            f"x_train's length), got {tuple(delta.shape)}"
         )
     md = victim.dtype
     base = x_train[index].to(md)
     matching = _Matching(
         victim, surrogate, x_test[brew_result.targets].to(md), brew_result.adversarial, base
     )
-    return matching(delta.to(md)).detach().to(DTYPE)
+    return _check_result(matching(delta.to(md)).detach().to(DTYPE), "the matching loss")
 
 
 def _check_configs(config) -> list[AttackConfig]:
@@ -376,18 +496,22 @@ def brew(
     configs = _check_configs(config)
     victim = _check_victim(victim)
     surrogate = _check_surrogate(surrogate)
-    x_train = as_tensor(x_train, "x_train", ndim=2)
-    x_test = as_tensor(x_test, "x_test", ndim=2)
-    y_train = _check_labels(x_train, y_train, "y_train", "x_train")
-    y_test = _check_labels(x_test, y_test, "y_test", "x_test")
-    eps = as_positive_float(eps, "eps")
-    lo, hi = _check_range(data_range)
-    targets = [as_int(t, "target index", minimum=0) for t in as_list(targets, "targets")]
+    x_train = _check_sequences(x_train, "x_train")
+    x_test = _check_sequences(x_test, "x_test", x_train.shape[1])
+    y_train = _check_labels(x_train, y_train, "y_train")
+    y_test = _check_labels(x_test, y_test, "y_test")
+    eps, lo, hi = _check_box(eps, data_range, x_train, "x_train")
+    seed = as_seed(seed)
+    budget = as_int(budget, "budget", minimum=1)
+    targets = [
+        as_int(t, "target index", minimum=0, maximum=MAX_INDEX) for t in as_list(targets, "targets")
+    ]
     for t in targets:
         if t >= len(x_test):
             raise ValueError(f"target index {t} is out of range for a test set of {len(x_test)}")
     adversarial = [
-        as_int(c, "adversarial class", minimum=0) for c in as_list(adversarial, "adversarial")
+        as_int(c, "adversarial class", minimum=0, maximum=MAX_INDEX)
+        for c in as_list(adversarial, "adversarial")
     ]
     if len(adversarial) != len(targets):
         raise ValueError(
@@ -408,6 +532,7 @@ def brew(
     adv = torch.tensor(adversarial).repeat_interleave(restarts).repeat(n_cfg)
     base = x_train[index].repeat_interleave(restarts, dim=0).to(md)  # (A·restarts, P, L)
     matching = _Matching(victim, surrogate, x_test[t_idx].to(md), adv, base.repeat(n_cfg, 1, 1))
+    _check_classes({"y_train": y_train, "y_test": y_test}, matching.classes)
     gen = torch.Generator().manual_seed(seed)
     start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
     start = _project(start.to(md), base, eps, lo, hi)
@@ -425,7 +550,7 @@ def brew(
         with torch.no_grad():
             delta.copy_(_project(delta, base, eps, lo, hi))
     final = matching(delta.detach()).detach().reshape(n_cfg, n_att, restarts)
-    check_finite_result(final, "the matching loss of the poisons")
+    _check_result(final, "the matching loss of the poisons")
     best = final.argmin(-1)  # (configs, attacks)
     chosen = delta.detach().reshape(n_cfg, n_att, restarts, budget, -1)
     rows = torch.arange(n_att)
@@ -449,20 +574,19 @@ def random_perturbations(base, like, eps: float, data_range, *, seed: int = 0) -
 
     ``base`` and ``like`` have the same shape (..., P, L); returns float64 δ of that shape.
     """
-    base = as_tensor(base, "base", min_ndim=1)
+    base = as_tensor(base, "base", min_ndim=1, nonempty=True)
     like = as_tensor(like, "like", min_ndim=1)
     if base.shape != like.shape:
         raise ValueError(
             "base and like must have the same shape, got "
             f"{tuple(base.shape)} and {tuple(like.shape)}"
         )
-    eps = as_positive_float(eps, "eps")
-    lo, hi = _check_range(data_range)
-    gen = torch.Generator().manual_seed(as_int(seed, "seed", minimum=0))
+    eps, lo, hi = _check_box(eps, data_range, base, "base")
+    gen = torch.Generator().manual_seed(as_seed(seed))
     direction = torch.randn(base.shape, generator=gen, dtype=DTYPE)
     direction = direction / torch.linalg.vector_norm(direction, dim=-1, keepdim=True)
     delta = direction * torch.linalg.vector_norm(like, dim=-1, keepdim=True)
-    return _project(delta, base, eps, lo, hi)
+    return _check_result(_project(delta, base, eps, lo, hi), "the random perturbations")
 
 
 def poisoned_sets(x_train, y_train, poison_index, delta) -> tuple[torch.Tensor, torch.Tensor]:
@@ -471,16 +595,17 @@ def poisoned_sets(x_train, y_train, poison_index, delta) -> tuple[torch.Tensor, 
 
     ``poison_index`` (A, P), ``delta`` (A, P, L) → x (A, n + P, L), labels (A, n + P).
     """
-    x_train = as_tensor(x_train, "x_train", ndim=2)
-    y_train = _check_labels(x_train, y_train, "y_train", "x_train")
-    delta = as_tensor(delta, "delta", ndim=3)
-    if not isinstance(poison_index, torch.Tensor) or poison_index.dtype != torch.int64:
-        raise ValueError("poison_index must be an int64 torch tensor")
-    if tuple(poison_index.shape) != tuple(delta.shape[:2]) or delta.shape[2] != x_train.shape[1]:
+    x_train = _check_sequences(x_train, "x_train")
+    y_train = _check_labels(x_train, y_train, "y_train")
+    delta = as_tensor(delta, "delta", ndim=3, nonempty=True)
+    if delta.shape[2] != x_train.shape[1]:
         raise ValueError(
-            f"poison_index {tuple(poison_index.shape)} and delta {tuple(delta.shape)} do not match "
-            f"(expected (A, P) and (A, P, {x_train.shape[1]}))"
+            f"delta must have shape (A, P, {x_train.shape[1]}) (x_train's length), "
+            f"got {tuple(delta.shape)}"
         )
+    poison_index = _as_indices(
+        poison_index, "poison_index", tuple(delta.shape[:2]), len(x_train), "training indices"
+    )
     n_att = delta.shape[0]
     x = torch.cat([x_train.expand(n_att, *x_train.shape), x_train[poison_index] + delta], dim=1)
     y = torch.cat([y_train.expand(n_att, -1), y_train[poison_index]], dim=1)
@@ -496,7 +621,8 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     successes = as_int(successes, "successes", minimum=0)
     if successes > trials:
         raise ValueError(f"successes must be at most trials = {trials}, got {successes}")
-    z = as_positive_float(z, "z")
+    # a normal quantile: z = 40 leaves 1e-350 outside, below any float64 probability
+    z = as_float(z, "z", minimum=0.0, maximum=40.0, open_minimum=True)
     p = successes / trials
     centre = p + z * z / (2 * trials)
     half = z * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
@@ -515,10 +641,18 @@ def wilson_by_target(success, seeds_per_target: int, z: float = 1.96) -> tuple[f
     per-target rate whatever the correlation within a target.
     """
     seeds_per_target = as_int(seeds_per_target, "seeds_per_target", minimum=1)
-    outcome = np.asarray(success)
-    if outcome.ndim != 1 or outcome.size == 0 or not np.isin(outcome, (0, 1)).all():
+    if isinstance(success, torch.Tensor):
+        success = success.detach().cpu().numpy()
+    outcome = np.asarray(success) if isinstance(success, (list, tuple, np.ndarray)) else None
+    if (
+        outcome is None
+        or outcome.ndim != 1
+        or outcome.size == 0
+        or outcome.dtype.kind not in "biuf"
+        or not np.isin(outcome, (0, 1)).all()
+    ):
         raise ValueError(
-            f"success must be a non-empty 1-D array of 0/1 outcomes, got {success!r:.60}"
+            f"success must be a non-empty 1-D array of 0/1 outcomes, got {_describe(success)}"
         )
     if outcome.size % seeds_per_target:
         raise ValueError(
@@ -544,7 +678,13 @@ def retrain(victim: Victim, x_train, y_train, poison_index, delta, seeds) -> Par
     n_att, n_seeds = x.shape[0], len(seeds)
     xs = x.repeat_interleave(n_seeds, dim=0)
     ys = y.repeat_interleave(n_seeds, dim=0)
-    return victim.train(xs, ys, seeds * n_att)
+    trained = victim.train(xs, ys, seeds * n_att)
+    if _check_runs(trained, f"the {victim.name} victim's trained parameters") != n_att * n_seeds:
+        raise ValueError(
+            f"the {victim.name} victim's train returned {runs_of(trained)} runs for "
+            f"{n_att * n_seeds} (attack, seed) pairs"
+        )
+    return trained
 
 
 def target_outcome(victim: Victim, params: Params, x_test, y_test, targets, adversarial) -> dict:
@@ -553,13 +693,16 @@ def target_outcome(victim: Victim, params: Params, x_test, y_test, targets, adve
     ``success`` (the target classified as the adversarial class), ``correct`` (as its true class)
     and ``p_adv`` (the softmax probability of the adversarial class)."""
     victim = _check_victim(victim)
-    x_test = as_tensor(x_test, "x_test", ndim=2)
-    y_test = _check_labels(x_test, y_test, "y_test", "x_test")
-    targets = [as_int(t, "target index", minimum=0) for t in as_list(targets, "targets")]
-    adversarial = [
-        as_int(c, "adversarial class", minimum=0) for c in as_list(adversarial, "adversarial")
+    runs = _check_runs(params)
+    x_test = _check_sequences(x_test, "x_test")
+    y_test = _check_labels(x_test, y_test, "y_test")
+    targets = [
+        as_int(t, "target index", minimum=0, maximum=MAX_INDEX) for t in as_list(targets, "targets")
     ]
-    runs = runs_of(params)
+    adversarial = [
+        as_int(c, "adversarial class", minimum=0, maximum=MAX_INDEX)
+        for c in as_list(adversarial, "adversarial")
+    ]
     if len(targets) != runs or len(adversarial) != runs:
         raise ValueError(
             f"targets and adversarial need one entry per run ({runs}), "
@@ -570,9 +713,10 @@ def target_outcome(victim: Victim, params: Params, x_test, y_test, targets, adve
             raise ValueError(f"target index {t} is out of range for a test set of {len(x_test)}")
     t_idx, adv = torch.tensor(targets), torch.tensor(adversarial)
     with torch.no_grad():
-        out = victim.logits(params, x_test[t_idx].to(victim.dtype)[:, None, :])[:, 0]
+        out = victim._checked_logits(params, x_test[t_idx].to(victim.dtype)[:, None, :])[:, 0]
     if not bool((adv < out.shape[-1]).all()):
         raise ValueError(f"adversarial classes must lie in 0..{out.shape[-1] - 1}")
+    _check_classes({"y_test": y_test[t_idx]}, out.shape[-1])
     p_adv = torch.softmax(out.double(), -1)[torch.arange(runs), adv]
     pred = out.argmax(-1)
     return {

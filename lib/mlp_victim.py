@@ -25,7 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lib._checks import DTYPE, as_int, as_positive_float, as_seeds, as_tensor, check_finite_result
+from lib._checks import (
+    DTYPE,
+    _describe,
+    as_int,
+    as_positive_float,
+    as_seeds,
+    as_tensor,
+    check_finite_result,
+)
+from lib.s4d import _as_labels, _per_run_cross_entropy
+from lib.s4d_ops import _check_result
 
 MODEL_DTYPE = DTYPE
 
@@ -92,8 +102,61 @@ def init_params(config: MLPConfig, seeds) -> Params:
     return {name: torch.stack([p[name] for p in runs]).contiguous() for name in runs[0]}
 
 
+_SHAPES = {"w1": ("runs", "hidden", "inputs"), "b1": ("runs", "hidden"),
+           "w2": ("runs", "classes", "hidden"), "b2": ("runs", "classes")}  # fmt: skip
+
+
+def _check_params(params, name: str = "params") -> dict[str, int]:
+    """The sizes (runs, hidden, inputs, classes) of an MLP parameter dict of :func:`init_params`'s
+    layout, after checking it: exactly w1, b1, w2, b2, finite float64 tensors of consistent shapes,
+    at least one run, hidden unit and input, and two classes."""
+    if not isinstance(params, dict) or set(params) != set(_SHAPES):
+        keys = sorted(params) if isinstance(params, dict) else _describe(params)
+        raise ValueError(f"{name} must be an MLP parameter dict {sorted(_SHAPES)}, got {keys}")
+    tensors = {}
+    for key, axes in _SHAPES.items():
+        if not isinstance(params[key], torch.Tensor):
+            raise ValueError(
+                f"{name}[{key!r}] must be a float64 tensor, got {_describe(params[key])}"
+            )
+        tensors[key] = as_tensor(params[key], f"{name}[{key!r}]", ndim=len(axes))
+    sizes: dict[str, int] = {}
+    for key, axes in _SHAPES.items():
+        for axis, size in zip(axes, tensors[key].shape, strict=True):
+            if sizes.setdefault(axis, int(size)) != size:
+                raise ValueError(
+                    f"{name}[{key!r}] has shape {tuple(tensors[key].shape)}, which disagrees with "
+                    f"the other parameters on the number of {axis} ({sizes[axis]})"
+                )
+    if min(sizes["runs"], sizes["hidden"], sizes["inputs"]) < 1 or sizes["classes"] < 2:
+        raise ValueError(
+            f"{name} must hold a run, a hidden unit, an input and two classes: {sizes}"
+        )
+    return sizes
+
+
+def _check_x(x, sizes: dict[str, int]) -> torch.Tensor:
+    """Finite float64 x of shape (B, L) or (R, B, L), B ≥ 1, L the network's inputs."""
+    x = as_tensor(x, "x")
+    length, runs = sizes["inputs"], sizes["runs"]
+    if x.ndim not in (2, 3) or x.shape[-1] != length or x.shape[-2] == 0:
+        raise ValueError(
+            f"x must have shape (n, {length}) or ({runs}, n, {length}) with n >= 1, "
+            f"got {tuple(x.shape)}"
+        )
+    if x.ndim == 3 and x.shape[0] != runs:
+        raise ValueError(f"x holds {x.shape[0]} batches but params has {runs} run(s)")
+    return x
+
+
 def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
-    """Class scores of R networks: x (R, B, L) (or (B, L), shared) → (R, B, K)."""
+    """Class scores of R networks: x (R, B, L) (or (B, L), shared) → (R, B, K), float64."""
+    x = _check_x(x, _check_params(params))
+    return _check_result(_logits(params, x), "the MLP's logits")
+
+
+def _logits(params: Params, x: torch.Tensor) -> torch.Tensor:
+    """:func:`logits` of checked input."""
     r = params["w1"].shape[0]
     if x.ndim == 2:
         x = x.expand(r, *x.shape)
@@ -101,33 +164,14 @@ def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
     return torch.baddbmm(params["b2"][:, None, :], hidden, params["w2"].transpose(1, 2))
 
 
-def per_run_loss(params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of each run on its own batch: x (R, B, L), labels (R, B) → (R,)."""
-    out = logits(params, x)
-    r, b, k = out.shape
-    ce = torch.nn.functional.cross_entropy(
-        out.reshape(r * b, k), labels.reshape(r * b), reduction="none"
-    )
-    return ce.reshape(r, b).mean(-1)
-
-
 def _check_data(x, labels, config: MLPConfig) -> tuple[torch.Tensor, torch.Tensor]:
     x = as_tensor(x, "x")
-    if x.ndim not in (2, 3) or x.shape[-1] != config.inputs:
+    if x.ndim not in (2, 3) or x.shape[-1] != config.inputs or x.shape[-2] == 0:
         raise ValueError(
-            f"x must have shape (n, {config.inputs}) or (R, n, {config.inputs}), "
+            f"x must have shape (n, {config.inputs}) or (R, n, {config.inputs}) with n >= 1, "
             f"got {tuple(x.shape)}"
         )
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64:
-        raise ValueError(f"labels must be an int64 torch tensor, got {labels!r:.60}")
-    if tuple(labels.shape) != tuple(x.shape[:-1]):
-        raise ValueError(
-            f"labels must have shape {tuple(x.shape[:-1])} (one per sequence of x), "
-            f"got {tuple(labels.shape)}"
-        )
-    if labels.numel() and (labels.min() < 0 or labels.max() >= config.classes):
-        raise ValueError(f"labels must lie in 0..{config.classes - 1}")
-    return x, labels
+    return x, _as_labels(labels, "labels", tuple(x.shape[:-1]), config.classes)
 
 
 def train(config: MLPConfig, x, labels, seeds, train_config: TrainConfig = TrainConfig()) -> Params:
@@ -158,7 +202,8 @@ def train(config: MLPConfig, x, labels, seeds, train_config: TrainConfig = Train
         perm = torch.from_numpy(np.stack([g.permutation(n) for g in gens]))
         for j in range(batches):
             idx = perm[:, j * train_config.batch : (j + 1) * train_config.batch]
-            loss = per_run_loss(params, x[rows, idx], labels[rows, idx]).sum()
+            out = _logits(params, x[rows, idx])
+            loss = _per_run_cross_entropy(out, labels[rows, idx]).sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -169,19 +214,16 @@ def train(config: MLPConfig, x, labels, seeds, train_config: TrainConfig = Train
 
 def predict(params: Params, x) -> torch.Tensor:
     """Predicted classes (R, n) of R networks on x of shape (n, L) or (R, n, L)."""
-    x = as_tensor(x, "x")
-    if x.ndim not in (2, 3):
-        raise ValueError(f"x must have shape (n, L) or (R, n, L), got {tuple(x.shape)}")
+    x = _check_x(x, _check_params(params))
     with torch.no_grad():
-        return logits(params, x).argmax(-1)
+        return _check_result(_logits(params, x), "the MLP's logits").argmax(-1)
 
 
 def accuracy(params: Params, x, labels) -> torch.Tensor:
     """Fraction of correct predictions of each run, shape (R,), float64."""
-    config = MLPConfig(
-        inputs=params["w1"].shape[-1], hidden=params["w1"].shape[1], classes=params["b2"].shape[-1]
-    )
-    x, labels = _check_data(x, labels, config)
+    sizes = _check_params(params)
+    x = _check_x(x, sizes)
+    labels = _as_labels(labels, "labels", tuple(x.shape[:-1]), sizes["classes"])
     return (predict(params, x) == labels).double().mean(-1)
 
 

@@ -258,3 +258,60 @@ def test_victim_interface_rejects_bad_input(setting):
         gm.retrain(None, x, y, torch.tensor([[0]]), torch.zeros(1, 1, 64, dtype=DT), [0])
     with pytest.raises(ValueError, match="adversarial classes"):
         gm.target_outcome(gm.s4d_victim(), surrogate, xt, yt, [t], [10])
+
+
+def test_sequences_of_another_length_are_refused(setting):
+    # targets of 63 steps were matched against training sequences of 64
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    with pytest.raises(ValueError, match="x_test must hold sequences of x_train's length 64"):
+        gm.brew(surrogate, x, y, xt[:, :63], yt, [t], [c], 5, 0.1, rng)
+    brew = gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.1, rng, gm.AttackConfig(steps=1))
+    with pytest.raises(ValueError, match="x_test must hold sequences of x_train's length 64"):
+        gm.matching_loss(surrogate, xt[:, :63], brew, x, brew.delta)
+
+
+def test_poison_indices_must_index_the_training_set(setting):
+    _, x, y, _, _, _ = setting
+    delta = torch.zeros(1, 2, 64, dtype=DT)
+    # -1 wrapped to the last training image
+    with pytest.raises(ValueError, match=r"poison_index \(training indices\) must lie in 0..199"):
+        gm.poisoned_sets(x, y, torch.tensor([[0, -1]]), delta)
+    with pytest.raises(ValueError, match="poison_index must have shape"):
+        gm.poisoned_sets(x, y, torch.tensor([0, 1]), delta)
+
+
+def test_the_box_must_make_sense(setting):
+    surrogate, x, y, xt, yt, (lo, hi) = setting
+    t, c = target_and_class(yt)
+    with pytest.raises(ValueError, match="eps must be at most the data range's width"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 2 * (hi - lo), (lo, hi))
+    with pytest.raises(ValueError, match="x_train must lie inside data_range"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.1, (lo, hi - 1.0))
+    with pytest.raises(ValueError, match="base must lie inside data_range"):
+        gm.random_perturbations(x[:2] + 10.0, x[:2], 0.1, (lo, hi))
+    with pytest.raises(ValueError, match=r"data_range\[1\] must be a real number"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.1, (lo, "1.0"))
+
+
+def test_surrogates_and_brews_are_checked(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    broken = {**surrogate, "d0": torch.full_like(surrogate["d0"], float("nan"))}
+    with pytest.raises(ValueError, match="surrogate"):
+        gm.brew(broken, x, y, xt, yt, [t], [c], 5, 0.1, rng)
+    with pytest.raises(ValueError, match="brew_result must be a Brew"):
+        gm.matching_loss(surrogate, xt, None, x, torch.zeros(1, 5, 64, dtype=DT))
+    with pytest.raises(ValueError, match="poison_index must have shape"):
+        gm.Brew(torch.tensor([0, 1]), torch.zeros(1, 2, 64, dtype=DT), torch.zeros(1, dtype=DT),
+                torch.tensor([0]), torch.tensor([1]))  # fmt: skip
+    with pytest.raises(ValueError, match="y_test must lie in 0..9"):
+        gm.target_outcome(gm.s4d_victim(), surrogate, xt, yt + 10, [t], [c])
+
+
+def test_a_victim_whose_logits_have_the_wrong_shape_is_named():
+    flat = lambda p, v: v.sum(-1)  # noqa: E731 - (R, B) scores, not (R, B, K)
+    victim = gm.Victim("flat", init=lambda s: {}, logits=flat, train=lambda *a: {})
+    params = {"w": torch.zeros(1, 3, dtype=DT)}
+    with pytest.raises(ValueError, match="the flat victim's logits must have shape"):
+        victim.per_run_loss(params, torch.zeros(1, 2, 4, dtype=DT), torch.zeros(1, 2).long())

@@ -55,3 +55,19 @@ def test_bad_input(digits):
         mv.train(mv.MLPConfig(hidden=4), x[:10].expand(2, 10, 64), y[:10].expand(2, 10), [0])
     with pytest.raises(ValueError, match="train_config"):
         mv.victim(mv.MLPConfig(), "fast")
+
+
+def test_parameters_are_checked(digits):
+    x, y, _, _ = digits
+    params = mv.init_params(mv.MLPConfig(hidden=4), [0, 1])
+    nan = {**params, "b2": torch.full_like(params["b2"], float("nan"))}
+    with pytest.raises(ValueError, match=r"params\['b2'\] must be finite"):
+        mv.predict(nan, x[:5])  # argmax of nan logits would be class 0
+    with pytest.raises(ValueError, match="disagrees .* on the number of hidden"):
+        mv.logits({**params, "b1": params["b1"][:, :3]}, x[:5])
+    with pytest.raises(ValueError, match="MLP parameter dict"):
+        mv.accuracy({k: v for k, v in params.items() if k != "w2"}, x[:5], y[:5])
+    with pytest.raises(ValueError, match="float64"):
+        mv.logits({**params, "w1": params["w1"].float()}, x[:5])
+    with pytest.raises(ValueError, match="x holds 3 batches"):
+        mv.logits(params, x[:15].reshape(3, 5, 64))
