@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lib._checks import DTYPE, as_choice, as_int
+from lib._checks import DTYPE, _describe, as_choice, as_int
 
 CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR10_TEST_FILE = "test_batch"
@@ -58,8 +58,9 @@ def digits_split(
     """
     from sklearn.datasets import load_digits
 
-    test_every = as_int(test_every, "test_every", minimum=2)
     bunch = load_digits()
+    # every n-th image for n >= the set's size holds out image 0 alone
+    test_every = as_int(test_every, "test_every", minimum=2, maximum=len(bunch.target))
     raw = bunch.data.astype(np.float64)
     held_out = np.arange(len(raw)) % test_every == 0
     mean, std = raw[~held_out].mean(), raw[~held_out].std()
@@ -67,6 +68,13 @@ def digits_split(
     y = torch.from_numpy(bunch.target.astype(np.int64))
     mask = torch.from_numpy(held_out)
     return x[~mask], y[~mask], x[mask], y[mask], ((0 - mean) / std, (16 - mean) / std)
+
+
+def _as_path(value, name: str) -> Path:
+    """A file-system path given as a non-empty string or a path object."""
+    if isinstance(value, str) and value or isinstance(value, os.PathLike):
+        return Path(value)
+    raise ValueError(f"{name} must be a path (a non-empty string), got {_describe(value)}")
 
 
 def cifar10_batch(path) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +86,7 @@ def cifar10_batch(path) -> tuple[np.ndarray, np.ndarray]:
     for a missing file or any other content. (Unpickling runs code stored in the file: read only
     files from a source you trust, as CIFAR-10's own site.)
     """
-    path = Path(path)
+    path = _as_path(path, "path")
     if not path.is_file():
         raise ValueError(f"CIFAR-10 batch file {str(path)!r} does not exist")
     try:
@@ -116,7 +124,7 @@ def cifar10_folder(folder=None) -> Path:
                 "no CIFAR-10 folder: pass one, or set BOOK_CIFAR10=/path/to/cifar-10-batches-py "
                 "(the extracted 'CIFAR-10 python version'; nothing is downloaded)"
             )
-    path = Path(folder)
+    path = _as_path(folder, "folder")
     if not path.is_dir():
         raise ValueError(f"CIFAR-10 folder {str(path)!r} does not exist")
     missing = [f for f in (*CIFAR10_TRAIN_FILES, CIFAR10_TEST_FILE) if not (path / f).is_file()]
@@ -136,9 +144,18 @@ def cifar10_sequences(data: np.ndarray, reading: str = "authors") -> np.ndarray:
     ``reading="pixels"``: step p is pixel p in raster order, its (red, green, blue) values.
     """
     reading = as_choice(reading, "reading", CIFAR10_READINGS)
-    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != 3 * CIFAR10_PIXELS:
-        shape = getattr(data, "shape", data)
-        raise ValueError(f"data must be an (N, 3072) array, got {shape!r:.60}")
+    if (
+        not isinstance(data, np.ndarray)
+        or data.ndim != 2
+        or data.shape[1] != 3 * CIFAR10_PIXELS
+        or data.shape[0] == 0
+        or data.dtype.kind not in "iuf"
+    ):
+        raise ValueError(
+            f"data must be an (N, 3072) array of numbers, N >= 1, got {_describe(data)}"
+        )
+    if data.dtype.kind == "f" and not np.all(np.isfinite(data)):
+        raise ValueError("data must be finite, got nan or inf entries")
     if reading == "authors":
         return data
     n = data.shape[0]

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lib._checks import _describe, as_positive_float
+
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "book" / "results"
 _CHAPTER = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _PACKAGES = ("numpy", "scipy", "torch")
@@ -81,15 +83,19 @@ def save_results(
     them, ``command`` how to produce them again, ``seconds`` how long it took; the library
     versions and the date (UTC) are added.
     """
-    if not isinstance(results, dict) or not isinstance(settings, dict):
-        raise ValueError("results and settings must be dicts")
+    for name, value in (("results", results), ("settings", settings)):
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} must be a dict, got {_describe(value)}")
+    if not isinstance(seeds, (list, tuple, range, dict)):
+        raise ValueError(f"seeds must be a list or a dict of lists, got {_describe(seeds)}")
     if not isinstance(command, str) or not command:
         raise ValueError(f"command must be a non-empty string, got {command!r}")
+    seconds = as_positive_float(seconds, "seconds", allow_zero=True)
     record = {
         "chapter": _check_chapter(chapter),
         "command": command,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "seconds": round(float(seconds), 1),
+        "seconds": round(seconds, 1),
         "environment": environment(),
         "settings": _plain(settings),
         "seeds": _plain(seeds),
@@ -132,4 +138,7 @@ def load_results(chapter: str) -> dict:
             f"no committed results for chapter {chapter!r} at {path}; "
             f"run `make reproduce CHAPTERS={chapter}` to compute them"
         )
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:  # a JSONDecodeError, or text that is not UTF-8
+        raise ValueError(f"{path} is not a results file (invalid JSON: {err})") from None

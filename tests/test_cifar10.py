@@ -114,6 +114,16 @@ def test_missing_folder_files_and_bad_options(folder, tmp_path):
         data.cifar10_batch(folder / "data_batch_4")
     with pytest.raises(ValueError, match="reading"):
         data.cifar10_sequences(np.zeros((1, 3072), np.uint8), "columns")
+    with pytest.raises(ValueError, match="path must be a path"):
+        data.cifar10_batch(None)
+    with pytest.raises(ValueError, match="folder must be a path"):
+        data.cifar10(3)
+    with pytest.raises(ValueError, match="N >= 1"):
+        data.cifar10_sequences(np.zeros((0, 3072), np.uint8))
+    with pytest.raises(ValueError, match="array of numbers"):
+        data.cifar10_sequences(np.zeros((1, 3072), bool))
+    with pytest.raises(ValueError, match="finite"):
+        data.cifar10_sequences(np.full((1, 3072), np.nan))
 
 
 def test_table2_end_to_end_on_the_cpu(folder):

@@ -74,6 +74,14 @@ def test_digits_rejects_bad_input(n, every):
         digits(n, every=every)
 
 
+@pytest.mark.parametrize("test_every", [1, 0, 2.0, True, None, 2**64])
+def test_digits_split_rejects_bad_input(test_every):
+    from lib.data import digits_split
+
+    with pytest.raises(ValueError, match="test_every"):
+        digits_split(test_every=test_every)
+
+
 def test_digits_largest_subsets_are_allowed(bunch):
     for every in (1, 3, 7):
         available = len(range(0, len(bunch.target), every))

@@ -68,3 +68,26 @@ def test_glue_passes_plain_python_values(monkeypatch):
         results.glue("v", np.array([1.0, 2.0]))
     with pytest.raises(ValueError):
         results.glue("", 1.0)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("seconds", -1.0, "seconds must be a finite number >= 0"),  # a negative duration
+        ("seconds", float("nan"), "seconds must be a finite number"),
+        ("seconds", None, "seconds must be a real number"),
+        ("seeds", None, "seeds must be a list"),
+        ("settings", [1], "settings must be a dict"),
+    ],
+)
+def test_save_results_checks_what_it_records(field, value, match, tmp_results):
+    record = {"results": {}, "settings": {}, "seeds": [0], "command": "make", "seconds": 1.0}
+    with pytest.raises(ValueError, match=match):
+        results.save_results("c", **{**record, field: value})
+    assert not (tmp_results / "c.json").exists()
+
+
+def test_a_corrupt_results_file_is_named(tmp_results):
+    (tmp_results / "broken.json").write_text("{not json")
+    with pytest.raises(ValueError, match="broken.json is not a results file"):
+        results.load_results("broken")
