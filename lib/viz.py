@@ -19,7 +19,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lib._checks import as_int
+from lib._checks import _describe, as_bool, as_int, as_positive_float
 from lib.config import book_mode
 
 COLORS = {
@@ -57,6 +57,61 @@ def use_style() -> None:
 
 use_style()
 
+MAX_FRAMES = 100  # frames of one animation or one slider: a page carries every one of them
+
+
+def _check_axes(ax) -> None:
+    if not isinstance(ax, mpl.axes.Axes):
+        raise ValueError(f"ax must be a matplotlib Axes, got {_describe(ax)}")
+
+
+def _finite_curve(values, name: str) -> np.ndarray:
+    """``values`` as a non-empty 1-D array of finite floats (nan would be drawn as a gap)."""
+    if hasattr(values, "detach"):  # a torch tensor, perhaps one that requires grad
+        values = values.detach().cpu().numpy()
+    try:
+        array = np.asarray(values)
+        if array.dtype.kind not in "iuf":  # no bools, complex numbers, strings or objects
+            raise TypeError
+        array = array.astype(float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a 1-D sequence of real numbers, got {_describe(values)}"
+        ) from None
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite, got nan or inf entries (drawn as gaps)")
+    return array
+
+
+def _style_map(value, name: str) -> dict[str, str]:
+    """None or a mapping of labels to strings (matplotlib colours or line styles)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{name} must map labels to strings, got {_describe(value)}")
+    return dict(value)
+
+
+def _optional_text(value, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{name} must be a string or None, got {_describe(value)}")
+    return value
+
+
+def _check_figsize(figsize) -> tuple[float, float]:
+    """A pair (width, height) of positive inches."""
+    if not isinstance(figsize, (tuple, list)) or len(figsize) != 2:
+        raise ValueError(
+            f"figsize must be a pair (width, height) in inches, got {_describe(figsize)}"
+        )
+    return tuple(as_positive_float(v, f"figsize[{i}]") for i, v in enumerate(figsize))
+
+
+def _check_frames(count, name: str) -> int:
+    return as_int(count, name, minimum=2, maximum=MAX_FRAMES)
+
 
 def plot_impulse_responses(
     ax,
@@ -72,18 +127,25 @@ def plot_impulse_responses(
     ``responses`` maps a legend label to the entries (beginning at k = ``start``); ``colors`` and
     ``styles`` optionally map labels to matplotlib colours and line styles.
     """
+    _check_axes(ax)
     if not isinstance(responses, Mapping) or not responses:
         raise ValueError(
             f"responses must map at least one label to an impulse response, got {responses!r:.60}"
         )
     if kappa is not None:
         kappa = as_int(kappa, "kappa", minimum=1)
-    colors = dict(colors or {})
-    styles = dict(styles or {})
+    colors = _style_map(colors, "colors")
+    for label, color in colors.items():
+        if not mpl.colors.is_color_like(color):
+            raise ValueError(f"colors[{label!r}] must be a matplotlib colour, got {color!r:.40}")
+    styles = _style_map(styles, "styles")
+    start = as_int(start, "start", minimum=0)
+    curves = {}
     for label, h in responses.items():
-        h = np.asarray(h, dtype=float)
-        if h.ndim != 1:
-            raise ValueError(f"impulse response {label!r} must be 1-D, got shape {h.shape}")
+        if not isinstance(label, str):
+            raise ValueError(f"responses' labels must be strings, got {label!r:.40}")
+        curves[label] = _finite_curve(h, f"impulse response {label!r}")
+    for label, h in curves.items():
         ax.plot(
             np.arange(start, start + len(h)),
             h,
@@ -109,18 +171,22 @@ def plot_impulse_responses(
 def plot_loss(
     ax, times, losses, *, label: str | None = None, color: str | None = None, logx: bool = False
 ) -> None:
-    """Loss curve on a log scale (log–log with ``logx``, dropping times <= 0)."""
-    if not isinstance(logx, bool):
-        raise ValueError(f"logx must be True or False, got {logx!r:.60}")
-    try:
-        times = np.asarray(times, dtype=float)
-        losses = np.asarray(losses, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError("times and losses must be 1-D sequences of numbers") from None
-    if times.shape != losses.shape or times.ndim != 1:
-        raise ValueError(
-            f"times and losses must be 1-D of one length, got {times.shape}, {losses.shape}"
-        )
+    """Loss curve on a log scale (log–log with ``logx``, dropping times <= 0).
+
+    ``times`` and ``losses`` finite, non-empty, of one length (losses <= 0 have no place on the
+    log axis and are not drawn); ``label`` and ``color`` strings or None.
+    """
+    logx = as_bool(logx, "logx")
+    _check_axes(ax)
+    times = _finite_curve(times, "times")
+    losses = _finite_curve(losses, "losses")
+    if times.shape != losses.shape:
+        raise ValueError(f"times and losses must have one length, got {times.size}, {losses.size}")
+    label = _optional_text(label, "label")
+    if _optional_text(color, "color") is not None and not mpl.colors.is_color_like(color):
+        raise ValueError(f"color must be a matplotlib colour, got {color!r:.40}")
+    if logx and not np.any(times > 0):
+        raise ValueError("with logx, times must hold a time > 0 (times <= 0 are dropped)")
     keep = times > 0 if logx else np.ones_like(times, dtype=bool)
     ax.plot(times[keep], losses[keep], label=label, color=color)
     ax.set_yscale("log")
@@ -148,6 +214,24 @@ class Table:
     """A small results table that renders as HTML in notebooks and the book, as text elsewhere."""
 
     def __init__(self, headers: Sequence[str], rows: Sequence[Sequence[str]]):
+        """``headers`` a non-empty list of strings; ``rows`` lists of one string per header (as
+        :func:`table` formats them)."""
+        if isinstance(headers, str) or not isinstance(headers, Sequence) or not headers:
+            raise ValueError(
+                f"headers must be a non-empty list of strings, got {_describe(headers)}"
+            )
+        if not all(isinstance(h, str) for h in headers):
+            raise ValueError(f"headers must be strings, got {_describe(headers)}")
+        if isinstance(rows, str) or not isinstance(rows, Sequence):
+            raise ValueError(f"rows must be a list of rows, got {_describe(rows)}")
+        for index, row in enumerate(rows):
+            if isinstance(row, str) or not isinstance(row, Sequence) or len(row) != len(headers):
+                raise ValueError(
+                    f"row {index} must be a list of {len(headers)} cells (one per header), "
+                    f"got {_describe(row)}"
+                )
+            if not all(isinstance(c, str) for c in row):
+                raise ValueError(f"row {index} must hold strings (use table() for numbers)")
         self.headers = list(headers)
         self.rows = [list(row) for row in rows]
 
@@ -222,6 +306,10 @@ class Slider:
             raise ValueError(f"Slider.log must be True or False, got {self.log!r:.60}")
         if self.log and self.lo <= 0:
             raise ValueError(f"a log-scale Slider needs lo > 0, got lo={self.lo}")
+        if self.step is not None:
+            step = as_positive_float(self.step, "Slider.step")
+            if step > self.hi - self.lo:
+                raise ValueError(f"Slider.step must be at most hi - lo, got {step}")
 
     @property
     def integer(self) -> bool:
@@ -233,6 +321,7 @@ class Slider:
 
     def frames(self, count: int) -> list:
         """``count`` values spread over the range (geometrically for log sliders)."""
+        count = _check_frames(count, "count")
         if self.log:
             values = np.geomspace(self.lo, self.hi, count)
         else:
@@ -257,6 +346,8 @@ class Choice:
         return self.options[0]
 
     def frames(self, count: int) -> list:
+        """The options (``count``, checked like a :class:`Slider`'s, is not needed)."""
+        _check_frames(count, "count")
         return list(self.options)
 
 
@@ -337,12 +428,12 @@ def explore(
     specs = {name: _as_spec(name, spec) for name, spec in params.items()}
     if animate is None:
         animate = next(iter(specs))
-    if animate not in specs:
+    if not isinstance(animate, str) or animate not in specs:
         raise ValueError(f"animate must name one of the parameters {list(specs)}, got {animate!r}")
-    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
-        raise ValueError(f"frames must be an integer >= 2, got {frames!r}")
+    frames = _check_frames(frames, "frames")
     if not isinstance(grid, bool):
         raise ValueError(f"grid must be True or False, got {grid!r}")
+    figsize = _check_figsize(figsize)
     defaults = {name: spec.default for name, spec in specs.items()}
     mode = book_mode()
 
@@ -462,8 +553,20 @@ def slider_grid_html(
     import json
     import uuid
 
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable fn(fig, **values), got {_describe(fn)}")
+    if not isinstance(specs, Mapping):
+        raise ValueError(
+            f"specs must map parameter names to Sliders or Choices, got {_describe(specs)}"
+        )
     if not specs:
         raise ValueError("slider_grid_html needs at least one parameter")
+    if not all(isinstance(name, str) for name in specs):
+        raise ValueError(f"specs' parameter names must be strings, got {list(specs)!r:.60}")
+    specs = {name: _as_spec(name, spec) for name, spec in specs.items()}
+    frames = _check_frames(frames, "frames")
+    figsize = _check_figsize(figsize)
+    dpi = as_int(dpi, "dpi", minimum=10, maximum=600)
     values = {name: spec.frames(frames) for name, spec in specs.items()}
     count = int(np.prod([len(v) for v in values.values()]))
     if count > MAX_GRID_FRAMES:
