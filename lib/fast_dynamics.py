@@ -31,6 +31,10 @@ The other compiled modules (:mod:`lib.fast_extrapolation`, :mod:`lib.fast_nets`,
 :mod:`lib.fast_relu`) keep their own copies of the small helpers here (finiteness, Adam, recording)
 rather than call these: numba's on-disk cache does not notice when a compiled function of another
 file changes, so a cross-file call could run a stale copy.
+
+Nothing here is public (``__all__`` is empty, and the API page lists no member): these are the
+kernels behind ``engine="compiled"`` of :func:`lib.poison_dynamics.train_dynamics`, which validates
+every input once before it calls them; they trust their caller.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from numba import njit
 
 GD, ADAPTIVE, ADAM = 0, 1, 2
 OPTIMIZER_CODES = {"gd": GD, "adaptive": ADAPTIVE, "adam": ADAM}
+
+__all__: list[str] = []  # internal kernels (see the module docstring)
 
 
 @njit(cache=True, error_model="numpy")

@@ -22,6 +22,12 @@ Every function is compiled with ``error_model="numpy"`` (a division by zero give
 numpy, instead of a per-division check), and works in float64. The Adam step is written here and
 not imported from :mod:`lib.fast_dynamics`: numba's on-disk cache does not notice when a compiled
 function of another file changes, so a cross-file call could run a stale copy.
+
+Nothing here is public (``__all__`` is empty, and the API page lists no member): these are the
+kernels behind the ``engine="compiled"`` options of :mod:`lib.extrapolation`
+(:func:`~lib.extrapolation.balanced_flow`, :func:`~lib.extrapolation.extrapolation_sweep`,
+:func:`~lib.extrapolation.train_adam`), which validate every input once before they call them;
+the kernels trust their caller.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from numba import njit
 
 BALANCED, GENERAL = 0, 1
 KINDS = {"balanced": BALANCED, "general": GENERAL}
+
+__all__: list[str] = []  # internal kernels (see the module docstring)
 
 
 # --- the balanced diagonal student --------------------------------------------------------------

@@ -32,6 +32,11 @@ long runs of the two paths drift apart like any two orders of summation would.
 Its small helpers (the finiteness test, the recording buffers) repeat those of the other
 compiled modules on purpose: numba's on-disk cache does not notice when a compiled function of
 another file changes, so a cross-file call could run a stale copy.
+
+Nothing here is public (``__all__`` is empty, and the API page lists no member): these are the
+loops behind :func:`lib.saddles.escape_search`, :func:`lib.saddles.saddle_to_saddle_run` and the
+other public functions of :mod:`lib.saddles`, which validate their inputs before they call them.
+(The Python entry points below still check what they are given, as a second line of defence.)
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ COSTS = {"localized": LOCALIZED, "cross_entropy": CROSS_ENTROPY}
 # (8192) on (measured on a 2-core x86 machine); the digits run (300·64·32) is far above.
 BLAS_FROM = 4096
 
-__all__ = ["COSTS", "layer_offsets", "schedule_descent", "sphere_descent", "value_and_gradient"]
+__all__: list[str] = []  # internal loops (see the module docstring)
 
 
 # --------------------------------------------------------------------------------------------
