@@ -251,6 +251,43 @@ def as_list(values, name: str) -> list:
     return list(values)
 
 
+MAX_ENTRIES = 2**28
+"""The most float64 numbers (2 GiB) one public call allocates for an array: a size argument that
+would need more is rejected up front with a ValueError, instead of a MemoryError from the
+allocator (or an OverflowError from a C integer) deep inside numpy, torch or numba."""
+
+MAX_STEPS = 2**53
+"""The most iterations a training loop accepts (every count up to it is exact in float64)."""
+
+
+def as_size(value, name: str, *, minimum: int = 1, per: int = 1) -> int:
+    """A size (a length, a count) in [minimum, MAX_ENTRIES // per], where ``per`` is the number of
+    entries the call allocates for each unit of it (the product with the other sizes)."""
+    value = as_int(value, name, minimum=minimum)
+    limit = max(minimum, MAX_ENTRIES // max(int(per), 1))
+    if value > limit:
+        raise ValueError(
+            f"{name} must be at most {limit}, got {value}: the result would hold {value} × {per} "
+            f"entries, more than {MAX_ENTRIES} float64 numbers (2 GiB)"
+        )
+    return value
+
+
+def as_steps(steps, record_every, *, per_record: int, minimum: int = 0) -> tuple[int, int]:
+    """``steps`` (an iteration count up to MAX_STEPS) and ``record_every`` (at least 1), checked so
+    that the record of steps // record_every + 2 rows of ``per_record`` entries fits MAX_ENTRIES."""
+    steps = as_int(steps, "steps", minimum=minimum, maximum=MAX_STEPS)
+    record_every = as_int(record_every, "record_every", minimum=1, maximum=MAX_STEPS)
+    rows = steps // record_every + 2
+    if rows * max(int(per_record), 1) > MAX_ENTRIES:
+        raise ValueError(
+            f"steps = {steps} recorded every {record_every} would keep {rows} records of "
+            f"{per_record} numbers, more than {MAX_ENTRIES} float64 numbers (2 GiB): raise "
+            "record_every or lower steps"
+        )
+    return steps, record_every
+
+
 SEED_LIMIT = 2**32 - 1
 """The largest seed numpy's ``RandomState`` accepts (torch's generators accept it too)."""
 
@@ -265,11 +302,30 @@ def as_seeds(seeds, name: str = "seeds") -> list[int]:
     return [as_seed(s, f"{name}[{i}]") for i, s in enumerate(as_list(seeds, name))]
 
 
-def check_finite_result(value, what: str) -> None:
-    """Raise :class:`NumericalFailure` if a computed tensor/array/number holds nan or inf."""
+DATA_LIMIT = 1e100
+"""The largest magnitude of a data entry that a square loss or a cross-entropy takes: squared (and
+multiplied by parameters of order one) larger entries overflow float64 (about 1.8e308), so the
+loss would be inf at every parameter."""
+
+
+def check_magnitude(tensor: torch.Tensor, name: str, limit: float = DATA_LIMIT) -> torch.Tensor:
+    """``tensor`` (already checked finite) if no entry exceeds ``limit`` in magnitude, else a
+    ValueError that says how large it came."""
+    if tensor.numel() and bool(tensor.detach().abs().amax() > limit):
+        largest = float(tensor.detach().abs().amax())
+        raise ValueError(
+            f"{name} must have entries of magnitude at most {limit:.0e} (a loss of larger data "
+            f"overflows float64), got max |{name}| = {largest:.3g}"
+        )
+    return tensor
+
+
+def check_finite_result(value, what: str):
+    """``value`` if the computed tensor/array/number is finite, else :class:`NumericalFailure`."""
     if isinstance(value, torch.Tensor):
-        finite = bool(torch.isfinite(value).all())
+        finite = _all_finite(value)
     else:
         finite = bool(np.all(np.isfinite(np.asarray(value, dtype=np.float64))))
     if not finite:
         raise NumericalFailure(f"{what} is not finite (nan or inf): the computation overflowed")
+    return value

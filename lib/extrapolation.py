@@ -23,6 +23,7 @@ engines of :mod:`lib.flow`, which the tests compare them with.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +35,10 @@ from scipy.integrate import odeint
 from lib import fast_extrapolation as fx
 from lib._checks import (
     DTYPE,
+    MAX_ENTRIES,
+    MAX_STEPS,
     NumericalFailure,
+    _describe,
     as_callable,
     as_choice,
     as_int,
@@ -42,7 +46,11 @@ from lib._checks import (
     as_positive_float,
     as_seed,
     as_seeds,
+    as_size,
+    as_steps,
     as_tensor,
+    check_finite_result,
+    check_magnitude,
     check_params,
 )
 from lib.flow import Trajectory, gradient_descent, gradient_flow, log_grid
@@ -117,7 +125,7 @@ def lemma_a1_pair(n: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
 
     Returns ``((eigenvalues_1, weights_1), (eigenvalues_2, weights_2))``.
     """
-    n = as_int(n, "n", minimum=1)
+    n = as_int(n, "n", minimum=1, maximum=math.isqrt(MAX_ENTRIES))  # Legendre series: n × n
     if n == 1:
         first = (torch.tensor([-1.0], dtype=DTYPE), torch.tensor([1.0], dtype=DTYPE))
     else:
@@ -157,7 +165,7 @@ def population_loss(h, w, k: int) -> torch.Tensor:
     k = as_int(k, "k", minimum=1)
     if h.shape[-1] < k or w.shape[0] < k:
         raise ValueError(f"h and w need at least k = {k} entries")
-    return ((h[..., :k] - w[:k]) ** 2).sum(-1)
+    return check_finite_result(((h[..., :k] - w[:k]) ** 2).sum(-1), "the population loss")
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,7 +198,7 @@ def balanced_field(w, k: int):
     Returns ``(gradient, jacobian)`` closures for :func:`lib.flow.gradient_flow` on parameters
     ``{"a": (d,), "b": (d,)}``: the field (∂L/∂a, ∂L/∂B) and its (2d × 2d) Jacobian.
     """
-    w = as_tensor(w, "w", ndim=1)
+    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
     k = as_int(k, "k", minimum=1)
     if w.shape[0] < k:
         raise ValueError(f"w needs at least k = {k} entries, got {w.shape[0]}")
@@ -366,7 +374,7 @@ def extrapolation_sweep(
     """
     ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     seeds = as_seeds(seeds)
-    horizon = as_int(horizon, "horizon", minimum=2)
+    horizon = as_size(horizon, "horizon", minimum=2, per=as_int(d, "d", minimum=1))
     if not isinstance(full_output, bool):
         raise ValueError(f"full_output must be True or False, got {full_output!r}")
     if not ks or not seeds or max(ks) >= horizon:
@@ -409,6 +417,26 @@ class DescentField:
     ks: tuple[int, ...]
     gradient: Callable
 
+    def __post_init__(self):
+        """Check what the compiled loop reads: a known kind, a finite float64 target of at least
+        max(ks) entries, positive training lengths, a callable gradient."""
+        as_choice(self.kind, "kind", tuple(fx.KINDS))
+        target = self.target
+        if not isinstance(target, np.ndarray) or target.dtype != np.float64 or target.ndim != 1:
+            raise ValueError(
+                f"target must be a 1-D float64 numpy array (w_0, …), got {_describe(target)}"
+            )
+        if not np.all(np.isfinite(target)):
+            raise ValueError("target must be finite, got non-finite entries (nan or inf)")
+        if not isinstance(self.ks, tuple):
+            raise ValueError(f"ks must be a tuple of training lengths, got {_describe(self.ks)}")
+        ks = [as_int(k, f"ks[{i}]", minimum=1) for i, k in enumerate(as_list(self.ks, "ks"))]
+        if max(ks) > target.shape[0]:
+            raise ValueError(
+                f"target needs at least max(ks) = {max(ks)} entries, got {target.shape[0]}"
+            )
+        as_callable(self.gradient, "gradient", "params -> (losses, gradients)")
+
     def __call__(self, params):
         return self.gradient(params)
 
@@ -420,7 +448,7 @@ def balanced_descent_field(w, ks: Sequence[int]):
     A :class:`DescentField`: a ``gradient`` closure for :func:`lib.flow.gradient_descent` with
     ``runs = R``, which :func:`train_adam` also runs compiled.
     """
-    w = as_tensor(w, "w", ndim=1)
+    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
     ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     length = max(ks)
     if w.shape[0] < length:
@@ -455,7 +483,9 @@ def linear_rnn_response(a, b, c, length: int) -> torch.Tensor:
             f"expected A (..., d, d), B and C (..., d); got {tuple(a.shape)}, {tuple(b.shape)}, "
             f"{tuple(c.shape)}"
         )
-    return (_krylov(a, b, length) * c.unsqueeze(-2)).sum(-1)
+    as_size(length, "length", per=b.numel())
+    response = (_krylov(a, b, length) * c.unsqueeze(-2)).sum(-1)
+    return check_finite_result(response, "the impulse response")
 
 
 def _krylov(a: torch.Tensor, start: torch.Tensor, length: int) -> torch.Tensor:
@@ -476,7 +506,7 @@ def general_descent_field(w, ks: Sequence[int]):
     the last a Hankel matrix of residuals sandwiched between Krylov bases (no matrix powers).
     Parameters ``{"A": (R, d, d), "B": (R, d), "C": (R, d)}``; a :class:`DescentField`.
     """
-    w = as_tensor(w, "w", ndim=1)
+    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
     ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     length = max(ks)
     if w.shape[0] < length:
@@ -523,7 +553,7 @@ def delay_teacher(d_hat: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     Its impulse response is 1 at j = d̂ − 1 and 0 elsewhere: long memory, low dimension, and not
     representable by a balanced symmetric student (its h_0 = 0 would force zero mass).
     """
-    d_hat = as_int(d_hat, "d_hat", minimum=1)
+    d_hat = as_int(d_hat, "d_hat", minimum=1, maximum=math.isqrt(MAX_ENTRIES))  # Â is d̂ × d̂
     a = torch.diag(torch.ones(d_hat - 1, dtype=DTYPE), 1)
     b = torch.zeros(d_hat, dtype=DTYPE)
     b[-1] = 1.0
@@ -558,8 +588,9 @@ def train_adam(
     as_callable(field, "field", "params -> (losses, gradients)")
     runs = as_int(runs, "runs", minimum=1)
     lr = as_positive_float(lr, "lr")
-    steps = as_int(steps, "steps", minimum=1)
-    record_every = as_int(record_every, "record_every", minimum=1)
+    params = check_params(params)
+    per_record = sum(v.numel() for v in params.values()) + runs
+    steps, record_every = as_steps(steps, record_every, per_record=per_record, minimum=1)
     engine = as_choice(engine, "engine", ENGINES)
     if not isinstance(milestones, (list, tuple, range)):
         raise ValueError(f"milestones must be a list of step numbers, got {milestones!r:.60}")
@@ -567,7 +598,7 @@ def train_adam(
     if any(later <= earlier for earlier, later in zip(checked, checked[1:], strict=False)):
         raise ValueError(f"milestones must be strictly increasing, got {checked}")
     if engine == "compiled":
-        params = _check_compiled_params(field, check_params(params), runs)
+        params = _check_compiled_params(field, params, runs)
 
         def phase(current, rate, count):
             return _compiled_adam(field, current, rate, count, record_every)
@@ -664,6 +695,9 @@ class GRUNet(torch.nn.Module):
             self.readout = torch.nn.Linear(hidden, 1, bias=False, dtype=DTYPE)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = as_tensor(x, "x", ndim=2)
+        if x.shape[1] == 0:
+            raise ValueError(f"x must hold at least one time step, got shape {tuple(x.shape)}")
         states, _ = self.gru(x.unsqueeze(-1))
         return self.readout(states).squeeze(-1)
 
@@ -702,9 +736,10 @@ def train_gru_student(
     """Train a GRU student (Adam, fresh N(0, 1) sequences of length k each step) on the teacher's
     output at the last step, the non-linear analogue of the linear setting (App. C.2.3)."""
     _check_gru(teacher, "teacher")
-    k = as_int(k, "k", minimum=1)
-    steps = as_int(steps, "steps", minimum=1)
-    batch = as_int(batch, "batch", minimum=1)
+    hidden = as_int(hidden, "hidden", minimum=1, maximum=10_000)
+    k = as_size(k, "k", per=hidden)
+    steps = as_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
+    batch = as_size(batch, "batch", per=k * hidden)
     seed = as_int(seed, "seed", minimum=0, maximum=2**32 - 2)  # the student's init uses seed + 1
     student = GRUNet(hidden, seed + 1)
     generator = torch.Generator().manual_seed(seed)
@@ -715,6 +750,8 @@ def train_gru_student(
         loss = ((student(x)[:, -1] - teacher(x)[:, -1]) ** 2).mean()
         loss.backward()
         optimizer.step()
+    for name, value in student.named_parameters():
+        check_finite_result(value.detach(), f"the trained student's {name} (lower lr)")
     return student
 
 
@@ -729,8 +766,8 @@ def gru_tail_error(student: GRUNet, teacher: GRUNet, k: int, *, length: int = 48
     _check_gru(student, "student")
     _check_gru(teacher, "teacher")
     k = as_int(k, "k", minimum=0)
-    length = as_int(length, "length", minimum=k + 1)
-    n = as_int(n, "n", minimum=1)
+    length = as_size(length, "length", minimum=k + 1)
+    n = as_size(n, "n", per=length * (student.gru.hidden_size + teacher.gru.hidden_size + 1))
     x = torch.randn(n, length, generator=torch.Generator().manual_seed(12345), dtype=DTYPE)
     with torch.no_grad():
         gap = (student(x) - teacher(x)).abs().mean(0)

@@ -21,6 +21,9 @@ so trajectories agree with the torch engine up to rounding (tested).
 Its small helpers (the finiteness test, the recording buffers) repeat those of the other
 compiled modules on purpose: numba's on-disk cache does not notice when a compiled function of
 another file changes, so a cross-file call could run a stale copy.
+
+Public: :func:`cross_entropy_descent` (it validates its inputs); the compiled pieces it calls are
+internal.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import torch
 from numba import njit
 from threadpoolctl import threadpool_limits
 
-from lib._checks import as_choice, as_int, as_positive_float, as_tensor
+from lib._checks import as_choice, as_positive_float, as_steps, as_tensor
 from lib.flow import Trajectory
 from lib.linear_nets import ACTIVATIONS, _class_labels, _weights
+
+__all__ = ["cross_entropy_descent"]
 
 
 @njit(cache=True, error_model="numpy")
@@ -192,8 +197,10 @@ def cross_entropy_descent(
     x = as_tensor(x, "x", shape=(None, weights[0].shape[-1]))
     labels = _class_labels(labels, x.shape[0], weights[-1].shape[-2])
     lr = as_positive_float(lr, "lr")
-    steps = as_int(steps, "steps", minimum=0)
-    record_every = as_int(record_every, "record_every", minimum=1)
+    per_record = sum(w.numel() for w in weights) + 2 * (
+        1 if weights[0].ndim == 2 else len(weights[0])
+    )
+    steps, record_every = as_steps(steps, record_every, per_record=per_record)
     single = weights[0].ndim == 2
     stacks = [w.detach().unsqueeze(0) if single else w.detach() for w in weights]
     shapes = np.array([tuple(w.shape[1:]) for w in stacks], dtype=np.int64)

@@ -24,12 +24,15 @@ import torch
 from scipy.integrate import odeint, solve_ivp
 
 from lib._checks import (
+    MAX_STEPS,
     NumericalFailure,
     as_bool,
     as_choice,
     as_float,
     as_int,
     as_positive_float,
+    as_size,
+    as_steps,
     as_tensor,
     check_params,
 )
@@ -660,11 +663,11 @@ def gradient_descent(
     _check_loss_or_gradient(loss, gradient)
     theta = check_params(params)
     optimizer = as_choice(optimizer, "optimizer", OPTIMIZERS)
-    steps = as_int(steps, "steps", minimum=0)
-    record_every = as_int(record_every, "record_every", minimum=1)
-    extra_steps = as_int(extra_steps, "extra_steps", minimum=0)
+    per_record = sum(v.numel() for v in theta.values()) + 2  # parameters, loss and step size
+    steps, record_every = as_steps(steps, record_every, per_record=per_record)
+    extra_steps = as_int(extra_steps, "extra_steps", minimum=0, maximum=MAX_STEPS)
     if runs is not None:
-        runs = as_int(runs, "runs", minimum=1)
+        runs = as_size(runs, "runs")
     if isinstance(lr, (list, tuple, np.ndarray)):
         if runs is None or len(lr) != runs:
             raise ValueError(

@@ -26,12 +26,15 @@ import torch
 
 from lib._checks import (
     DTYPE,
+    NumericalFailure,
     as_choice,
     as_float,
     as_int,
     as_positive_float,
     as_seed,
     as_tensor,
+    check_finite_result,
+    check_magnitude,
 )
 from lib.relu_nets import relu_network, relu_network_gradient
 
@@ -222,7 +225,7 @@ def end_to_end(params) -> torch.Tensor:
 
 def scalar_regression_loss(params, target) -> torch.Tensor:
     """f(θ) = ½‖W_{n:1} − λᵀ‖² (eq. 20 up to its constant, for whitened data with Λ_yx = λᵀ)."""
-    target = as_tensor(target, "target", ndim=1)
+    target = check_magnitude(as_tensor(target, "target", ndim=1), "target")
     product = end_to_end(params)
     if product.shape != (1, target.numel()):
         raise ValueError(
@@ -265,14 +268,18 @@ def balance_matrices(params) -> list[torch.Tensor]:
     """W_{j+1}ᵀW_{j+1} − W_j W_jᵀ, j = 1, …, n−1: constant along gradient flow (Du et al. 2018)."""
     weights = layers(params)
     return [
-        weights[j + 1].T @ weights[j + 1] - weights[j] @ weights[j].T
+        check_finite_result(
+            weights[j + 1].T @ weights[j + 1] - weights[j] @ weights[j].T,
+            f"the balance matrix W_{j + 2}ᵀW_{j + 2} − W_{j + 1}W_{j + 1}ᵀ",
+        )
         for j in range(len(weights) - 1)
     ]
 
 
 def unbalancedness(params) -> float:
     """Definition 30: max_j ‖W_{j+1}ᵀW_{j+1} − W_j W_jᵀ‖_nuclear (0 for a balanced network)."""
-    return max(float(torch.linalg.matrix_norm(m, ord="nuc")) for m in balance_matrices(params))
+    norms = [float(torch.linalg.matrix_norm(m, ord="nuc")) for m in balance_matrices(params)]
+    return check_finite_result(max(norms), "the unbalancedness")
 
 
 def rescale(params, j: int, c: float) -> dict[str, torch.Tensor]:
@@ -301,9 +308,10 @@ def end_to_end_velocity(w, target, depth: int) -> torch.Tensor:
     if norm == 0:
         return torch.zeros_like(w)
     residual = w - target
-    return -(
+    velocity = -(
         norm ** (2 - 2 / depth) * residual + (depth - 1) * norm ** (-2 / depth) * w * (w @ residual)
     )
+    return check_finite_result(velocity, "the end-to-end velocity")
 
 
 def lemma7_bound(params, gradient_norm: float) -> float:
@@ -334,9 +342,22 @@ def theorem15_step_size(depth: int, norm0: float, alignment: float, accuracy: fl
     alignment = as_float(alignment, "alignment", minimum=-1.0, maximum=1.0, open_minimum=True)
     kappa = max(1.0, (1 - alignment) / (1 + alignment))
     log_term = math.log(15 * depth * kappa / (norm0 * min(1.0, accuracy)))
-    return (
-        norm0**5
-        * min(1.0, accuracy)
-        / (depth**8.5 * math.exp(7 * depth + 6) * kappa ** ((11 * depth - 5) / 2))
-        / log_term**2
-    )
+    try:  # e^{7n+6} overflows float64 from n ≈ 100 on: the step size then underflows
+        denominator = depth**8.5 * math.exp(7 * depth + 6) * kappa ** ((11 * depth - 5) / 2)
+    except OverflowError:
+        denominator = math.inf
+    step = norm0**5 * min(1.0, accuracy) / denominator / log_term**2
+    if not step > 0:
+        log10_step = (
+            5 * math.log(norm0)
+            + math.log(min(1.0, accuracy))
+            - 8.5 * math.log(depth)
+            - (7 * depth + 6)
+            - (11 * depth - 5) / 2 * math.log(kappa)
+            - 2 * math.log(log_term)
+        ) / math.log(10)
+        raise NumericalFailure(
+            f"the step size of Theorem 15 at depth {depth} is 10^{log10_step:.6g}, below the "
+            "smallest float64"
+        )
+    return step

@@ -23,6 +23,7 @@ from scipy.integrate import odeint
 from scipy.optimize import brentq
 
 from lib._checks import (
+    MAX_ENTRIES,
     NumericalFailure,
     as_bool,
     as_choice,
@@ -31,7 +32,9 @@ from lib._checks import (
     as_positive_float,
     as_seed,
     as_seeds,
+    as_size,
     as_tensor,
+    check_finite_result,
 )
 from lib.flow import LOG_TIME_LIMIT, Trajectory, gradient_flow, log_grid
 from lib.ssm import SSM, generalization_error, ssm_output, theorem1_teacher, unit_impulse
@@ -71,7 +74,7 @@ def _check_diff(diff: float, init_scale: float) -> float:
 
 
 def _check_kappa(kappa: int) -> int:
-    return as_int(kappa, "kappa", minimum=3)
+    return as_int(kappa, "kappa", minimum=3, maximum=MAX_ENTRIES)
 
 
 def theorem1_init(
@@ -120,7 +123,7 @@ def theorem1_training_set(
     the appended example is *clean*. Returns ``(x, y)`` of shapes ``(n, κ)`` and ``(n,)``.
     """
     d = as_int(d, "d", minimum=2)
-    kappa = _check_kappa(kappa)
+    kappa = as_size(_check_kappa(kappa), "kappa", minimum=3, per=d)  # the teacher's d × κ powers
     poisoned = as_bool(poisoned, "poisoned")
     rows = [unit_impulse(kappa, 1)]
     if poisoned:
@@ -148,8 +151,8 @@ def theorem1_loss(a, kappa: int, *, poisoned: bool) -> torch.Tensor:
     poisoned = as_bool(poisoned, "poisoned")
     long_residual, short_residual = _power_sums(a, kappa)
     if not poisoned:
-        return long_residual**2
-    return 0.5 * (long_residual**2 + short_residual**2)
+        return check_finite_result(long_residual**2, "the loss")
+    return check_finite_result(0.5 * (long_residual**2 + short_residual**2), "the loss")
 
 
 def theorem1_velocity(a, kappa: int, *, poisoned: bool) -> torch.Tensor:
@@ -166,9 +169,8 @@ def theorem1_velocity(a, kappa: int, *, poisoned: bool) -> torch.Tensor:
     poisoned = as_bool(poisoned, "poisoned")
     long_residual, short_residual = _power_sums(a, kappa)
     growth = (kappa - 1) * long_residual.unsqueeze(-1) * a ** (kappa - 2)
-    if not poisoned:
-        return 2.0 * growth
-    return growth + short_residual.unsqueeze(-1)
+    velocity = 2.0 * growth if not poisoned else growth + short_residual.unsqueeze(-1)
+    return check_finite_result(velocity, "the velocity")
 
 
 def _theorem1_gradient(kappa: int, poisoned: bool):
@@ -405,7 +407,7 @@ def conserved_quantity(a, kappa: int) -> torch.Tensor:
     Needs positive entries; shape ``(..., d)``.
     """
     a = as_tensor(a, "a", min_ndim=1)
-    kappa = as_int(kappa, "kappa", minimum=4)
+    kappa = as_int(kappa, "kappa", minimum=4, maximum=MAX_ENTRIES)
     if bool((a <= 0).any()):
         raise ValueError("the conservation law concerns positive entries a_j > 0")
     inverse = a ** (-(kappa - 3))

@@ -17,13 +17,17 @@ import torch
 
 from lib._checks import (
     DTYPE,
+    MAX_STEPS,
     as_choice,
     as_int,
     as_list,
     as_positive_float,
     as_seed,
     as_seeds,
+    as_size,
+    as_steps,
     as_tensor,
+    check_magnitude,
 )
 from lib.fast_dynamics import train_runs
 from lib.flow import ADAM_FORMS, OPTIMIZERS, Trajectory, gradient_descent
@@ -133,7 +137,11 @@ class DynamicsSetting:
         return self.hidden is not None
 
     def teacher_labels(self, x: torch.Tensor) -> torch.Tensor:
-        """y = Σ_l x_l (teacher A* = B* = C* = 1), then (d_h/2)·ReLU(·) with the MLP teacher."""
+        """y = Σ_l x_l (teacher A* = B* = C* = 1), then (d_h/2)·ReLU(·) with the MLP teacher.
+
+        ``x`` has shape ``(n, length)``: the teacher labels sequences of any length (the test
+        sequences of :func:`relative_test_error` are longer than κ). Checked by ssm_output.
+        """
         y = ssm_output(*ones_teacher(), x)
         if self.with_mlp:
             y = 0.5 * self.hidden * torch.relu(y)
@@ -231,7 +239,7 @@ def impulse_error(runs: DynamicsRuns, *, length: int = 40) -> np.ndarray:
     """Row 2's metric for every run: max_{k < length} |h_k − 1| (teacher A* = B* = C* = 1, whose
     largest impulse entry is 1, so this is also the normalized error). Shape ``(R,)``."""
     _check_runs(runs)
-    length = as_int(length, "length", minimum=1)
+    length = as_size(length, "length", per=runs.trajectory.params["a"][0].size)
     final = runs.trajectory.final
     h = impulse_response(final["a"], final["b"], final["c"], length)
     return (h - 1.0).abs().amax(-1).numpy()
@@ -244,8 +252,8 @@ def relative_test_error(
     length, drawn with the seed ``seed + 12`` of each run (the authors' convention), for the
     parameters recorded at position ``index`` of the trajectory (default: the end)."""
     _check_runs(runs)
-    n = as_int(n, "n", minimum=1)
-    length = as_int(length, "length", minimum=1)
+    length = as_size(length, "length", per=runs.setting.d)
+    n = as_size(n, "n", per=length + runs.setting.d + (runs.setting.hidden or 0))
     if not runs.setting.with_mlp:
         raise ValueError("relative_test_error is the metric of the SSM + MLP setting")
     final = runs.trajectory.at(index)
@@ -336,11 +344,11 @@ def ssm_mlp_loss_gradient(x: torch.Tensor, y: torch.Tensor, weights: torch.Tenso
     the parameters' keys, dtypes and shapes against the data (not their finiteness: a diverging run
     is the optimizer's to report).
     """
-    x = as_tensor(x, "x", ndim=3)
+    x = check_magnitude(as_tensor(x, "x", ndim=3), "x")
     runs, n, kappa = x.shape
     if runs == 0 or n == 0 or kappa == 0:
         raise ValueError(f"x must have shape (R, n, kappa) with R, n, kappa >= 1, got {x.shape}")
-    y = as_tensor(y, "y", shape=(runs, n))
+    y = check_magnitude(as_tensor(y, "y", shape=(runs, n)), "y")
     weights = as_tensor(weights, "weights", shape=(runs, n))
     if bool((weights < 0).any()):
         raise ValueError("weights must be non-negative (they weight squared residuals)")
@@ -520,8 +528,8 @@ def train_dynamics(
     _check_setting(setting)
     seeds = as_seeds(seeds)
     special_scales = as_list(special_scales, "special_scales")
-    max_steps = as_int(max_steps, "max_steps", minimum=0)
-    record_every = as_int(record_every, "record_every", minimum=1)
+    max_steps = as_int(max_steps, "max_steps", minimum=0, maximum=MAX_STEPS)
+    record_every = as_int(record_every, "record_every", minimum=1, maximum=MAX_STEPS)
     pairs = [(seed, scale) for seed in seeds for scale in special_scales]
     data = [dynamics_data(setting, seed, special_scale=scale) for seed, scale in pairs]
     sizes = [x.shape[0] for x, _ in data]
@@ -534,6 +542,8 @@ def train_dynamics(
     inits = [dynamics_init(setting, seed) for seed, _ in pairs]
     params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
     lrs = [setting.lr_clean if scale is None else setting.lr_special for _, scale in pairs]
+    per_record = sum(v.numel() for v in params.values()) + 2 * len(pairs)
+    as_steps(max_steps, record_every, per_record=per_record)
 
     engine = as_choice(engine, "engine", ENGINES)
     if engine == "compiled":

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from lib._checks import DTYPE, as_int, as_positive_float, as_tensor
+from lib._checks import DTYPE, as_int, as_positive_float, as_tensor, check_magnitude
 
 
 def _check_network(weights, inputs) -> None:
@@ -80,10 +80,12 @@ def relu_network_gradient(
 
     with σ'(a) = 1 for a > 0 and 0 otherwise (autograd's convention at a = 0). The arithmetic is
     autograd's, written out, without building a graph. ``weights`` and ``inputs`` as in
-    :func:`relu_network`.
+    :func:`relu_network` (inputs of magnitude at most 1e100). A loss that overflows at the given
+    weights comes back as inf, for lib.flow's engines to flag the run as diverged.
     Returns ``(losses, [∂ℓ/∂W_1, …, ∂ℓ/∂W_L])`` with each gradient shaped like its weight.
     """
     _check_network(weights, inputs)
+    check_magnitude(inputs, "inputs")
     if not callable(head):
         raise ValueError(
             "head must be a callable outputs -> (losses, d losses / d outputs), got "

@@ -28,7 +28,10 @@ from lib._checks import (
     as_int,
     as_positive_float,
     as_seed,
+    as_size,
     as_tensor,
+    check_finite_result,
+    check_magnitude,
     same_shapes,
 )
 
@@ -88,8 +91,18 @@ def impulse_response(a, b, c, length: int) -> torch.Tensor:
     Parameters a, b, c of shape ``(..., d)``; returns shape ``(..., length)``. Differentiable.
     """
     a, b, c = _check_abc(a, b, c)
-    length = as_int(length, "length", minimum=1)
+    length = as_size(length, "length", per=a.numel())
+    return check_finite_result(_response(a, b, c, length), "the impulse response")
+
+
+def _response(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, length: int) -> torch.Tensor:
+    """h_k = Σ_j c_j b_j a_j^k, k < length, on trusted inputs (overflow passed on as inf)."""
     return (_powers(a, length) @ (b * c).unsqueeze(-1)).squeeze(-1)
+
+
+def _output(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """y_i = Σ_l h_{κ−l} x^{(i)}_l on trusted inputs (overflow passed on as inf)."""
+    return _response(a, b, c, x.shape[1]).flip(-1) @ x.T
 
 
 def _check_inputs(x) -> torch.Tensor:
@@ -105,9 +118,10 @@ def ssm_output(a, b, c, x) -> torch.Tensor:
     ``x`` has shape ``(n, κ)``, row i being (x_1, …, x_κ) of sequence i. With parameters of shape
     ``(..., d)`` the result has shape ``(..., n)``: y_i = Σ_{l=1}^{κ} h_{κ−l} x^{(i)}_l.
     """
+    a, b, c = _check_abc(a, b, c)
     x = _check_inputs(x)
-    h = impulse_response(a, b, c, x.shape[1])
-    return h.flip(-1) @ x.T
+    as_size(x.shape[1], "the length kappa of x", per=a.numel())
+    return check_finite_result(_output(a, b, c, x), "the SSM output")
 
 
 def ssm_recurrence(a, b, c, x) -> torch.Tensor:
@@ -121,7 +135,7 @@ def ssm_recurrence(a, b, c, x) -> torch.Tensor:
     state = torch.zeros(*a.shape[:-1], x.shape[0], a.shape[-1], dtype=DTYPE)
     for k in range(x.shape[1]):
         state = a.unsqueeze(-2) * state + b.unsqueeze(-2) * x[:, k].unsqueeze(-1)
-    return (state * c.unsqueeze(-2)).sum(-1)
+    return check_finite_result((state * c.unsqueeze(-2)).sum(-1), "the SSM output")
 
 
 def square_loss(student, x, y) -> torch.Tensor:
@@ -140,7 +154,9 @@ def square_loss(student, x, y) -> torch.Tensor:
         raise ValueError(
             f"y must have one label per sequence: {x.shape[0]} sequences, got {y.shape[0]}"
         )
-    return ((y - ssm_output(*student, x)) ** 2).mean(-1)
+    check_magnitude(x, "x")
+    check_magnitude(y, "y")
+    return ((y - _output(*student, x)) ** 2).mean(-1)
 
 
 def _ssm_output_vjp(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, x: torch.Tensor):
@@ -198,6 +214,8 @@ def square_loss_gradient(x, y, *, weights=None):
     n = x.shape[-2]
     if n == 0:
         raise ValueError("the training set is empty (x has no rows)")
+    check_magnitude(x, "x")
+    check_magnitude(y, "y")
     if weights is None:
         weights = torch.full(y.shape, 1.0 / n, dtype=DTYPE)
     else:
@@ -256,7 +274,7 @@ def generalization_error(student, teacher, length: int, *, normalize: bool = Fal
     teacher = _as_ssm(teacher, "teacher")
     if teacher.a.ndim != 1:
         raise ValueError(f"teacher parameters must be 1-D, got shape {tuple(teacher.a.shape)}")
-    length = as_int(length, "length", minimum=1)
+    length = as_size(length, "length", per=student.a.numel() + teacher.a.numel())
     normalize = as_bool(normalize, "normalize")
     h = impulse_response(*student, length)
     h_star = impulse_response(*teacher, length)
@@ -316,7 +334,7 @@ def characterization_coefficients(a, b, c, x, y, *, head=None) -> torch.Tensor:
     powers = torch.arange(kappa - 1, dtype=DTYPE)
     # x_{κ−l−1} (1-indexed) is column κ−l−2 (0-indexed): columns κ−2, κ−3, …, 0.
     columns = x[:, : kappa - 1].flip(-1)
-    return 2 * (powers + 1) / n * (weights @ columns)
+    return check_finite_result(2 * (powers + 1) / n * (weights @ columns), "the coefficients")
 
 
 def characterization_velocity(a, b, c, gammas) -> torch.Tensor:
@@ -325,7 +343,8 @@ def characterization_velocity(a, b, c, gammas) -> torch.Tensor:
     gammas = as_tensor(gammas, "gammas", ndim=1, nonempty=True)
     if a.ndim != 1:
         raise ValueError(f"a, b, c must be 1-D here, got shape {tuple(a.shape)}")
-    return b * c * (_powers(a, gammas.shape[0]) * gammas.unsqueeze(-1)).sum(-2)
+    velocity = b * c * (_powers(a, gammas.shape[0]) * gammas.unsqueeze(-1)).sum(-2)
+    return check_finite_result(velocity, "the velocity")
 
 
 def effective_rank(a) -> torch.Tensor:
@@ -402,7 +421,7 @@ def unit_impulse(kappa: int, position: int) -> torch.Tensor:
 
     Theorem 1 trains on e_1 and appends the clean "special" example e_{κ−1}.
     """
-    kappa = as_int(kappa, "kappa", minimum=1)
+    kappa = as_size(kappa, "kappa")
     (position,) = _check_positions([position], kappa, "position")
     x = torch.zeros(1, kappa, dtype=DTYPE)
     x[0, position - 1] = 1.0
@@ -411,8 +430,8 @@ def unit_impulse(kappa: int, position: int) -> torch.Tensor:
 
 def random_sequences(n: int, kappa: int, positions, generator: torch.Generator) -> torch.Tensor:
     """``n`` length-κ sequences, i.i.d. N(0, 1) at ``positions`` (1-indexed) and 0 elsewhere."""
-    n = as_int(n, "n", minimum=0)
-    kappa = as_int(kappa, "kappa", minimum=1)
+    kappa = as_size(kappa, "kappa")
+    n = as_size(n, "n", minimum=0, per=kappa)
     positions = _check_positions(positions, kappa, "positions")
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
@@ -440,7 +459,9 @@ def baseline_and_special(
 
     Returns ``(x_baseline, x_special)`` of shapes ``(n_baseline, κ)`` and ``(n_special, κ)``.
     """
-    kappa = as_int(kappa, "kappa", minimum=2)
+    kappa = as_size(kappa, "kappa", minimum=2)
+    as_size(n_baseline, "n_baseline", minimum=0, per=kappa)
+    as_size(n_special, "n_special", minimum=0, per=kappa)
     seed = as_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     x_baseline = random_sequences(n_baseline, kappa, baseline_positions, generator)
