@@ -18,21 +18,36 @@ answer":
 ``correct``       accepted, and the answer is the canonical one (a value-preserving conversion such
                   as a list for a tensor or ``2`` for ``2.0``), or the oracle confirms it
 ``accepted``      accepted, finite answer, a legitimate value of the argument with no oracle
-``absurd``        ``MemoryError``/``OverflowError`` on an absurd size (10¹², 2⁶⁴)
+``long-run``      asked for an absurd size (10¹², 2⁶⁴ steps), still running at the time limit: a
+                  run as long as asked, not a hang
 ``foreign-error`` a ``ValueError`` raised outside ``lib`` (numpy, torch) — outside the rule
 ``other-error``   any other exception — outside the rule
-``nan``           a silent nan/inf answer — outside the rule (``nan-big`` for 1e300-sized inputs)
+``overflow``      ``MemoryError``/``OverflowError`` (or an allocator's error) on an absurd size —
+                  outside the rule: the size is checked before anything is allocated
+``nan``           a silent nan/inf answer from ordinary inputs — outside the rule
+``nan-big``       a silent nan/inf answer from 1e300-sized inputs — outside the rule: a result
+                  that came out non-finite is a ``NumericalFailure``
 ``wrong``         a silent wrong answer (a string taken for a boolean, an oracle that disagrees)
-``hang``          more than the time limit
+``hang``          more than the time limit on ordinary sizes
+
+Two outcomes with a non-finite answer stay inside the rule, because the answer says so:
+``diverged`` (a training run's ``info["diverged"]`` is set: the engines stop a run at its first
+non-finite loss and report it) and ``overflow-passed`` (a loss or gradient closure evaluated at
+1e300-sized parameters returns the overflow as it comes, which is how the engines learn that a run
+diverged; the case names those parameters in ``Case.overflow_passes``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import importlib
+import inspect
+import io
 import math
 import os
+import pkgutil
 import signal
 import sys
 import traceback
@@ -48,7 +63,7 @@ from lib import poison_dynamics as dyn
 
 DT = torch.float64
 LIB_DIR = os.path.dirname(os.path.abspath(lib.__file__))
-OUTSIDE_RULE = ("foreign-error", "other-error", "nan", "wrong", "hang")
+OUTSIDE_RULE = ("foreign-error", "other-error", "overflow", "nan", "nan-big", "wrong", "hang")
 
 
 def t(*values) -> torch.Tensor:
@@ -71,6 +86,10 @@ class Case:
     oracle: Callable | None = None  # oracle(result, **kwargs) -> bool
     examples: int = 8  # Hypothesis examples in the fuzz test
     convert_only: tuple[str, ...] = field(default_factory=tuple)
+    # Parameters at which a loss or gradient closure returns an overflow (inf/nan) as it comes, so
+    # that lib.flow's engines can flag a diverging run (their documented contract): at 1e300-sized
+    # values of these, a non-finite answer is that contract, not a silent failure.
+    overflow_passes: tuple[str, ...] = field(default_factory=tuple)
 
     def call(self, values: dict | None = None):
         values = {a.name: a.value for a in self.args} | (values or {})
@@ -230,6 +249,79 @@ def mutations(arg: Arg) -> list[tuple[str, object, str]]:
     if kind == "seq":
         return _seq_mutations(value)
     return _other_mutations(value, kind)
+
+
+# ------------------------------------------------------------------------------------------
+# The public API: what the API page (book/api.rst) documents
+# ------------------------------------------------------------------------------------------
+
+
+def public_modules() -> list[str]:
+    """The modules the API page documents: every module of ``lib`` without a leading underscore.
+
+    The same list as the page's ``lib-modules`` directive (``tools/book_site.py``).
+    """
+    return sorted(i.name for i in pkgutil.iter_modules(lib.__path__) if not i.name.startswith("_"))
+
+
+def _module_members(module) -> list[str]:
+    """autodoc's ``:members:`` of a module: its ``__all__``, or its own public names."""
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return list(names)
+    return [
+        name
+        for name, obj in vars(module).items()
+        if not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
+    ]
+
+
+def _takes_arguments(fn) -> bool:
+    """Whether ``fn`` has a parameter to fuzz."""
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):  # a builtin without a signature: count it
+        return True
+
+
+def _public_methods(cls: type) -> list[str]:
+    """The public methods written in a class's body that take an argument besides self/cls."""
+    out = []
+    for key, value in vars(cls).items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            method = value.__func__
+            skip = 0 if isinstance(value, staticmethod) else 1
+        elif inspect.isfunction(value):
+            method, skip = value, 1
+        else:  # properties, attributes
+            continue
+        if len(inspect.signature(method).parameters) > skip:
+            out.append(key)
+    return out
+
+
+def public_callables() -> list[str]:
+    """Every public callable the API page lists, as ``module.name`` or ``module.Class.method``.
+
+    A module's members are its ``__all__`` where it has one (the compiled kernels that only lib
+    calls are left out that way), else its public names defined in it; a class contributes itself
+    and the public methods written in its body (properties and inherited methods are not inputs
+    to fuzz). A callable without parameters has no input to get wrong and is not listed.
+    """
+    names = []
+    for module_name in public_modules():
+        module = importlib.import_module(f"lib.{module_name}")
+        for member in _module_members(module):
+            obj = getattr(module, member)
+            if not callable(obj):
+                continue
+            if _takes_arguments(obj):
+                names.append(f"{module_name}.{member}")
+            if inspect.isclass(obj):
+                names += [f"{module_name}.{member}.{key}" for key in _public_methods(obj)]
+    return names
 
 
 # ------------------------------------------------------------------------------------------
@@ -394,6 +486,24 @@ def case_modules() -> list[str]:
         sys.path.insert(0, here)
     paths = sorted(glob.glob(os.path.join(here, "api_cases_*.py")))
     return [os.path.splitext(os.path.basename(path))[0] for path in paths]
+
+
+RECORDS = {
+    "flow.Trajectory": "the record lib.flow's engines return; every reader of one is lib itself",
+    "ssm.SSM": "a named tuple (a, b, c): every function that takes one checks it (ssm._as_ssm)",
+    "poison_dynamics.DynamicsRuns": "the record train_dynamics returns; its methods check their "
+    "arguments (cases DynamicsRuns.run, .index, .active, .gamma0, .initial_gain)",
+}
+"""Public classes that are plain records of results: lib builds them, and what reads them checks
+them, so their constructors have no case. A case module may add its own in a dict ``RECORDS``."""
+
+
+def records() -> dict[str, str]:
+    """The record classes of this file and of every ``tests/api_cases_*.py`` (name: why)."""
+    out = dict(RECORDS)
+    for module_name in case_modules():
+        out.update(getattr(importlib.import_module(module_name), "RECORDS", {}))
+    return out
 
 
 def fresh(generator):
@@ -675,6 +785,7 @@ def _own_cases() -> list[Case]:
             "linear_nets.scalar_regression_loss",
             linear_nets.scalar_regression_loss,
             [P("params", scalar_net, "params"), P("target", t(1.0, 0.5, -0.5), "tensor")],
+            overflow_passes=("params",),  # a loss closure (the gradient-flow chapter's)
         ),
         Case(
             "linear_nets.balanced_init",
@@ -778,6 +889,7 @@ def _own_cases() -> list[Case]:
                 P("params", balanced, "params"),
                 P("time", 100.0, "float", True),
                 P("points", 3, "int", True),
+                P("engine", "compiled", "choice", True),
             ],
             examples=6,
         ),
@@ -793,6 +905,7 @@ def _own_cases() -> list[Case]:
                 P("init_scale", 0.1, "float", True),
                 P("horizon", 8, "int", True),
                 P("time", 100.0, "float", True),
+                P("engine", "compiled", "choice", True),
             ],
             examples=5,
         ),
@@ -828,7 +941,7 @@ def _own_cases() -> list[Case]:
         Case("extrapolation.delay_teacher", extrapolation.delay_teacher, [P("d_hat", 3, "int")]),
         Case(
             "extrapolation.train_adam",
-            lambda lr, steps, milestones, runs: extrapolation.train_adam(
+            lambda lr, steps, milestones, runs, engine="compiled": extrapolation.train_adam(
                 extrapolation.balanced_descent_field(w, [3]),
                 {k: v.unsqueeze(0) for k, v in balanced.items()},
                 runs,
@@ -836,12 +949,14 @@ def _own_cases() -> list[Case]:
                 steps=steps,
                 milestones=milestones,
                 record_every=2,
+                engine=engine,
             ),
             [
                 P("lr", 0.01, "float"),
                 P("steps", 6, "int"),
                 P("milestones", [3], "seq"),
                 P("runs", 1, "int"),
+                P("engine", "compiled", "choice", True),
             ],
             examples=6,
         ),
@@ -935,6 +1050,7 @@ def _own_cases() -> list[Case]:
                 P("poisoned", False, "bool", True),
                 P("horizon", 1e3, "float", True),
                 P("points", 3, "int", True),
+                P("engine", "compiled", "choice", True),
             ],
             examples=8,
         ),
@@ -1076,11 +1192,7 @@ def _own_cases() -> list[Case]:
                 P("max_steps", 3, "int", True),
                 P("record_every", 1, "int", True),
             ]
-            + (
-                [P("engine", "torch", "choice", True)]
-                if "engine" in dyn.train_dynamics.__code__.co_varnames
-                else []
-            ),
+            + [P("engine", "compiled", "choice", True)],
             examples=5,
         ),
         # lib.viz
@@ -1146,29 +1258,37 @@ def classify(case: Case, name: str, value, cls: str, *, timeout: int = 20) -> tu
     previous = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(timeout)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             result = case.call({name: value})
     except _Timeout:
         if cls == "absurd":  # asked for 10^12 steps: a long run, not a hang
-            return "absurd", f"still running after {timeout} s, as asked"
+            return "long-run", f"still running after {timeout} s, as asked"
         return "hang", f"> {timeout} s"
     except ValueError as error:
         if _raised_in_lib(error):
             return "lib-error", str(error)[:120]
         return "foreign-error", f"{type(error).__name__}: {str(error)[:100]}"
     except (MemoryError, OverflowError) as error:
-        if cls == "absurd":
-            return "absurd", type(error).__name__
-        return "other-error", f"{type(error).__name__}: {str(error)[:100]}"
+        return "overflow", f"{type(error).__name__}: {str(error)[:100]}"
     except Exception as error:  # noqa: BLE001 - classifying every other exception is the point
-        if cls == "absurd" and "alloc" in str(error).lower():
-            return "absurd", f"{type(error).__name__}: {str(error)[:60]}"
+        if "alloc" in str(error).lower():
+            return "overflow", f"{type(error).__name__}: {str(error)[:100]}"
         return "other-error", f"{type(error).__name__}: {str(error)[:100]}"
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     return judge(case, name, value, cls, result)
+
+
+def declares_divergence(result) -> bool:
+    """Whether an answer says it diverged: a trajectory (or runs) whose ``info["diverged"]`` is set
+    for some run (lib.flow's engines stop a run at a non-finite loss and record that)."""
+    trajectory = getattr(result, "trajectory", result)
+    info = getattr(trajectory, "info", None)
+    if not isinstance(info, dict) or "diverged" not in info:
+        return False
+    return bool(np.any(info["diverged"]))
 
 
 def judge(case: Case, name: str, value, cls: str, result) -> tuple[str, str]:
@@ -1177,6 +1297,10 @@ def judge(case: Case, name: str, value, cls: str, result) -> tuple[str, str]:
     if kind == "bool" and not isinstance(value, (bool, np.bool_)):
         return "wrong", f"accepted {value!r} as a boolean"
     if not finite(result):
+        if declares_divergence(result):
+            return "diverged", "non-finite answer, flagged diverged in its info"
+        if cls == "big" and name in case.overflow_passes:
+            return "overflow-passed", "a closure's overflow, passed on for the engines to flag"
         return ("nan-big" if cls == "big" else "nan"), "non-finite answer"
     if case.oracle is not None:
         values = {a.name: a.value for a in case.args} | {name: value}
