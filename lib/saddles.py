@@ -40,13 +40,17 @@ from threadpoolctl import threadpool_limits
 from lib import fast_relu
 from lib._checks import (
     DTYPE,
+    SEED_LIMIT,
+    NumericalFailure,
     as_choice,
+    as_float,
     as_int,
     as_list,
     as_positive_float,
     as_seed,
     as_seeds,
     as_tensor,
+    check_finite_result,
 )
 from lib.flow import Trajectory, gradient_descent
 from lib.relu_nets import relu_network
@@ -83,9 +87,49 @@ __all__ = [
 ]
 
 
+MAX_DEPTH = 1000
+"""The most layers a network here may have (a search at that depth already takes minutes)."""
+MAX_WIDTH = 100_000
+"""The widest hidden layer (as :func:`lib.relu_nets.gaussian_weights`)."""
+MAX_ENTRIES = 10**8
+"""The most float64 entries (800 MB) one array of a run may hold: a network's parameters times its
+runs, a recorded trajectory, a search's history, one-hot labels."""
+
 # --------------------------------------------------------------------------------------------
 # Data and the localized loss
 # --------------------------------------------------------------------------------------------
+
+
+def _finite(value, what: str):
+    """``value`` if every entry is finite, else a :class:`NumericalFailure` naming ``what``."""
+    check_finite_result(value.detach() if isinstance(value, torch.Tensor) else value, what)
+    return value
+
+
+def _entries(count: int, what: str) -> None:
+    """Refuse an allocation of more than :data:`MAX_ENTRIES` float64 entries, before making it."""
+    if count > MAX_ENTRIES:
+        raise ValueError(f"{what} would hold {count:.3g} entries, more than {MAX_ENTRIES:.0e}")
+
+
+_SAFE = 2.0**100
+"""Entries of size in [2^−100, 2^100]: their squares and products of a few stay normal floats."""
+
+
+def _binary_scale(values: torch.Tensor) -> float:
+    """1, or the power of two c that brings max|values| to [½, 1) when it lies outside
+    [2^−100, 2^100]. Scaling by a power of two is exact: homogeneous quantities computed on the
+    scaled values and scaled back are the same numbers, without overflow or underflow."""
+    largest = float(values.abs().max()) if values.numel() else 0.0
+    if largest == 0.0 or 1 / _SAFE <= largest <= _SAFE:
+        return 1.0
+    return math.ldexp(1.0, -math.frexp(largest)[1])
+
+
+def _norm(values: torch.Tensor) -> float:
+    """The Frobenius norm, without overflow or underflow in the sum of squares."""
+    c = _binary_scale(values)
+    return float(torch.linalg.norm(values * c)) / c
 
 
 def _as_data(X, G) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,9 +160,19 @@ def _as_weights(
     With ``single=True`` they must be plain matrices (one network, no run axis).
     """
     weights = as_list(weights, name)
-    weights = [as_tensor(w, f"{name}[{i}]", min_ndim=2) for i, w in enumerate(weights)]
+    if len(weights) > MAX_DEPTH:
+        raise ValueError(f"{name} must hold at most {MAX_DEPTH} layers, got {len(weights)}")
+    weights = [
+        as_tensor(w, f"{name}[{i}]", min_ndim=2, nonempty=True) for i, w in enumerate(weights)
+    ]
     if single and any(w.ndim != 2 for w in weights):
         raise ValueError(f"{name} must be the matrices of one network (no run axis)")
+    runs = {tuple(w.shape[:-2]) for w in weights}
+    if len(runs) > 1:
+        raise ValueError(
+            f"{name} must share one leading (run) shape, got "
+            + ", ".join(f"{tuple(w.shape)}" for w in weights)
+        )
     width = d_in
     for i, w in enumerate(weights):
         if width is not None and w.shape[-1] != width:
@@ -136,11 +190,15 @@ def localized_loss(weights: Sequence[torch.Tensor], X, G) -> torch.Tensor:
     returns a tensor of shape ``(runs,)`` or a scalar. Differentiable.
     """
     X, G = _as_data(X, G)
-    weights = _as_weights(weights)
+    weights = _as_weights(weights, d_in=X.shape[1])
     if weights[-1].shape[-2] != G.shape[1]:
         raise ValueError(
             f"the last layer has {weights[-1].shape[-2]} outputs but G has d_out = {G.shape[1]}"
         )
+    return _finite(_localized_loss(weights, X, G), "L0(theta) (weights or data too large)")
+
+
+def _localized_loss(weights: list[torch.Tensor], X: torch.Tensor, G: torch.Tensor):
     outputs = relu_network(weights, X)  # (..., N, d_out)
     return (outputs * G).sum(dim=(-1, -2))
 
@@ -154,13 +212,26 @@ def speed_of(weights: Sequence[torch.Tensor], X, G) -> torch.Tensor:
 
     By homogeneity this is −L₀(θ) (√L/‖θ‖)^L. Positive means escaping. One value per run.
     """
-    weights = _as_weights(weights)
+    X, G = _as_data(X, G)
+    weights = _as_weights(weights, d_in=X.shape[1])
+    if weights[-1].shape[-2] != G.shape[1]:
+        raise ValueError(
+            f"the last layer has {weights[-1].shape[-2]} outputs but G has d_out = {G.shape[1]}"
+        )
     depth = len(weights)
-    norm = _squared_norm(weights)
-    if not bool((norm > 0).all()):
+    # The speed depends on θ's direction only: an exact rescaling by a power of two (one per run)
+    # keeps ‖θ‖² and L₀ finite and normal for weights of any size.
+    largest = torch.stack([w.detach().abs().amax(dim=(-1, -2)) for w in weights]).amax(0)
+    if not bool((largest > 0).all()):
         raise ValueError("the direction of θ = 0 is undefined: every run needs nonzero weights")
+    scales = torch.tensor(
+        [_binary_scale(m) for m in largest.reshape(-1)], dtype=DTYPE
+    ).reshape(largest.shape)
+    weights = [w * scales[..., None, None] for w in weights]
+    norm = _squared_norm(weights)
     scale = (depth / norm) ** (depth / 2)
-    return -localized_loss(weights, X, G) * scale
+    speed = -_localized_loss(weights, X, G) * scale
+    return _finite(speed, "the speed (the data are too large)")
 
 
 def cross_entropy_gradient(labels, classes: int) -> torch.Tensor:
@@ -169,12 +240,28 @@ def cross_entropy_gradient(labels, classes: int) -> torch.Tensor:
     At the zero output every class has probability 1/K, so C(0) = log K: the first plateau.
     """
     classes = as_int(classes, "classes", minimum=2)
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
-        raise ValueError("labels must be a 1-D int64 tensor of class indices")
-    if len(labels) == 0 or int(labels.min()) < 0 or int(labels.max()) >= classes:
-        raise ValueError(f"labels must be non-empty and lie in 0..{classes - 1}")
+    labels = _labels(labels)
+    if int(labels.max()) >= classes:
+        raise ValueError(f"labels must lie in 0..{classes - 1}, got {int(labels.max())}")
+    _entries(len(labels) * classes, "G (one row of classes per label)")
     onehot = torch.nn.functional.one_hot(labels, classes).to(DTYPE)
     return (1.0 / classes - onehot) / len(labels)
+
+
+def _labels(labels) -> torch.Tensor:
+    """A non-empty 1-D int64 tensor of class indices >= 0."""
+    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
+        raise ValueError(
+            "labels must be a 1-D int64 tensor of class indices, got "
+            + (
+                f"a tensor of dtype {labels.dtype} and shape {tuple(labels.shape)}"
+                if isinstance(labels, torch.Tensor)
+                else type(labels).__name__
+            )
+        )
+    if len(labels) == 0 or int(labels.min()) < 0:
+        raise ValueError("labels must be non-empty class indices >= 0")
+    return labels
 
 
 def example1() -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,6 +293,13 @@ def example1_rank2_weights() -> list[torch.Tensor]:
 # --------------------------------------------------------------------------------------------
 
 
+def _scaled_data(X: torch.Tensor, G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(c_X X, c_G G, 1/(c_X c_G)) with exact power-of-two scales (:func:`_binary_scale`): for the
+    quantities here, of degree 1 in X and in G, value(X, G) = value(c_X X, c_G G) / (c_X c_G)."""
+    cx, cg = _binary_scale(X), _binary_scale(G)
+    return X * cx, G * cg, 1.0 / (cx * cg)
+
+
 def _one_neuron_value(X: np.ndarray, G: np.ndarray, directions: np.ndarray) -> np.ndarray:
     """‖Gᵀ σ(X w)‖₂ for each row w of ``directions`` (shape (M, d_in)) -> (M,)."""
     active = np.maximum(directions @ X.T, 0.0)  # (M, N)
@@ -228,7 +322,13 @@ def rank1_escape_speed(X, G) -> float:
     :func:`escape_speed` with ``depth=2`` for a search (a lower bound).
     """
     X, G = _as_data(X, G)
-    Xn, Gn = X.numpy(), G.numpy()
+    Xs, Gs, factor = _scaled_data(X, G)
+    speed = _rank1_speed(Xs.numpy(), Gs.numpy()) * factor
+    return float(_finite(speed, "the rank-1 speed (the data are too large)"))
+
+
+def _rank1_speed(Xn: np.ndarray, Gn: np.ndarray) -> float:
+    """:func:`rank1_escape_speed` on checked data."""
     d = Xn.shape[1]
     if d == 1:
         return float(_one_neuron_value(Xn, Gn, np.array([[1.0], [-1.0]])).max())
@@ -269,9 +369,11 @@ def rank1_speed_profile(X, G, angles) -> np.ndarray:
     X, G = _as_data(X, G)
     if X.shape[1] != 2:
         raise ValueError(f"the angle profile needs d_in = 2, got d_in = {X.shape[1]}")
-    angles = as_tensor(angles, "angles", ndim=1).numpy()
+    angles = as_tensor(angles, "angles", ndim=1, nonempty=True).numpy()
     directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
-    return _one_neuron_value(X.numpy(), G.numpy(), directions)
+    Xs, Gs, factor = _scaled_data(X, G)
+    profile = _one_neuron_value(Xs.numpy(), Gs.numpy(), directions) * factor
+    return _finite(profile, "the speed profile (the data are too large)")
 
 
 def linear_escape_speed(X, G) -> float:
@@ -282,13 +384,15 @@ def linear_escape_speed(X, G) -> float:
     al.).
     """
     X, G = _as_data(X, G)
-    return float(torch.linalg.matrix_norm(G.T @ X, ord=2))
+    Xs, Gs, factor = _scaled_data(X, G)
+    speed = float(torch.linalg.matrix_norm(Gs.T @ Xs, ord=2)) * factor
+    return float(_finite(speed, "the linear speed (the data are too large)"))
 
 
 def speed_upper_bound(X, G) -> float:
     """‖X‖_F ‖G‖_F ≥ s*(L) for every depth (Cauchy–Schwarz; ∏‖W_ℓ‖_op ≤ 1 on the sphere)."""
     X, G = _as_data(X, G)
-    return float(torch.linalg.norm(X) * torch.linalg.norm(G))
+    return float(_finite(_norm(X) * _norm(G), "‖X‖_F ‖G‖_F (the data are too large)"))
 
 
 def lipschitz_speed_bound(X, G) -> float:
@@ -306,14 +410,20 @@ def lipschitz_speed_bound(X, G) -> float:
     with a neighbour: 4 · 2 sin(π/8) ≈ 3.06, against ‖X‖_F‖G‖_F = 8. Raises ``ValueError`` for
     d_out > 1 (the vector-valued transport bound is not implemented).
     """
-    from scipy.optimize import linprog
-
     X, G = _as_data(X, G)
     if G.shape[1] != 1:
         raise ValueError(
             f"lipschitz_speed_bound needs a scalar output (d_out = 1), got d_out = {G.shape[1]}"
         )
-    x, g = X.numpy(), G.numpy()[:, 0]
+    x, g, factor = _scaled_data(X, G)  # the cheapest plan's cost has degree 1 in X and in G
+    bound = _transport_cost(x.numpy(), g.numpy()[:, 0]) * factor
+    return float(_finite(bound, "the transport bound (the data are too large)"))
+
+
+def _transport_cost(x: np.ndarray, g: np.ndarray) -> float:
+    """The linear program of :func:`lipschitz_speed_bound` on checked data."""
+    from scipy.optimize import linprog
+
     pos, neg = np.flatnonzero(g > 0), np.flatnonzero(g < 0)
     if len(pos) == 0 and len(neg) == 0:
         return 0.0
@@ -335,7 +445,7 @@ def lipschitz_speed_bound(X, G) -> float:
     rhs = np.concatenate([g[pos], -g[neg]])
     result = linprog(cost, A_eq=np.array(rows), b_eq=rhs, bounds=(0, None), method="highs")
     if not result.success:  # pragma: no cover - the plan "all to the origin" is always feasible
-        raise RuntimeError(f"the transport linear program failed: {result.message}")
+        raise NumericalFailure(f"the transport linear program failed: {result.message}")
     return float(result.fun)
 
 
@@ -357,6 +467,22 @@ class EscapeSearch:
     history: np.ndarray
     seeds: tuple[int, ...]
 
+    def __post_init__(self):
+        """Check the fields (one entry per seed throughout) and store them as numpy/torch."""
+        seeds = tuple(as_seeds(self.seeds))
+        runs = len(seeds)
+        speeds = as_tensor(self.speeds, "speeds", shape=(runs,)).numpy()
+        history = as_tensor(self.history, "history", shape=(None, runs), nonempty=True).numpy()
+        weights = _as_weights(self.weights)
+        if any(w.ndim != 3 or w.shape[0] != runs for w in weights):
+            raise ValueError(
+                f"weights must be (S, n_out, n_in) tensors with S = {runs} runs, got "
+                + ", ".join(f"{tuple(w.shape)}" for w in weights)
+            )
+        for name, value in (("seeds", seeds), ("speeds", speeds), ("history", history)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "weights", weights)
+
     def direction(self, index: int) -> list[torch.Tensor]:
         """The weights of run ``index`` (a list of matrices)."""
         index = as_int(index, "index", minimum=0)
@@ -375,6 +501,29 @@ ENGINES = ("compiled", "numpy")
 
 def _widths(X: torch.Tensor, G: torch.Tensor, depth: int, width: int) -> list[int]:
     return [X.shape[1]] + [width] * (depth - 1) + [G.shape[1]]
+
+
+def _architecture(depth, width) -> tuple[int, int]:
+    """A checked (depth, width) of the searched or trained networks."""
+    depth = as_int(depth, "depth", minimum=2, maximum=MAX_DEPTH)
+    width = as_int(width, "width", minimum=1, maximum=MAX_WIDTH)
+    return depth, width
+
+
+def _parameter_count(widths: list[int]) -> int:
+    return sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=True))
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _schedule(steps, record_every, size: int) -> tuple[int, int]:
+    """Checked ``steps`` ≥ 0 and ``record_every`` ≥ 1 of a descent whose recorded trajectory (one
+    θ of ``size`` entries per record) fits in :data:`MAX_ENTRIES`."""
+    steps = as_int(steps, "steps", minimum=0, maximum=_INT64_MAX)  # the compiled loop's counters
+    record_every = as_int(record_every, "record_every", minimum=1, maximum=_INT64_MAX)
+    _entries((steps // record_every + 2) * size, "the recorded trajectory (records × parameters)")
+    return steps, record_every
 
 
 def _onto_sphere(weights: list[np.ndarray], radius: float) -> list[np.ndarray]:
@@ -428,9 +577,12 @@ def localized_gradient(weights: Sequence[torch.Tensor], X, G):
         raise ValueError(
             f"the last layer has {weights[-1].shape[0]} outputs but G has d_out = {G.shape[1]}"
         )
-    value, grads = _localized_loss_and_gradient(
-        [w.detach().numpy()[None] for w in weights], X.numpy(), G.numpy()
-    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        value, grads = _localized_loss_and_gradient(
+            [w.detach().numpy()[None] for w in weights], X.numpy(), G.numpy()
+        )
+    for part in (value, *grads):
+        _finite(part, "L0 or its gradient (weights or data too large)")
     return torch.tensor(float(value[0]), dtype=DTYPE), [torch.from_numpy(g[0]) for g in grads]
 
 
@@ -443,7 +595,8 @@ def localized_descent(
     compiled (:func:`lib.fast_relu.schedule_descent` with power 0). Returns the
     :class:`~lib.flow.Trajectory` that :func:`lib.flow.gradient_descent` returns with
     :func:`localized_gradient` as its gradient (parameters ``"W1"`` … ``"WL"``), up to the order
-    of floating-point sums (tested).
+    of floating-point sums (tested). ``lr`` > 0, ``steps`` ≥ 0, ``record_every`` ≥ 1; a run whose
+    loss turns non-finite stops there with ``info["diverged"] = True``, as in :mod:`lib.flow`.
     """
     X, G = _as_data(X, G)
     weights = _as_weights(weights, d_in=X.shape[1], single=True)
@@ -451,6 +604,8 @@ def localized_descent(
         raise ValueError(
             f"the last layer has {weights[-1].shape[0]} outputs but G has d_out = {G.shape[1]}"
         )
+    lr = as_positive_float(lr, "lr")
+    steps, record_every = _schedule(steps, record_every, sum(w.numel() for w in weights))
     widths = [X.shape[1]] + [w.shape[0] for w in weights]
     theta0 = np.concatenate([w.detach().numpy().ravel() for w in weights])
     result = fast_relu.schedule_descent(
@@ -488,16 +643,20 @@ def escape_search(
     1e-10 over a few hundred steps).
     """
     X, G = _as_data(X, G)
-    depth = as_int(depth, "depth", minimum=2)
-    width = as_int(width, "width", minimum=1)
+    depth, width = _architecture(depth, width)
     seeds = tuple(as_seeds(seeds))
     steps = as_int(steps, "steps", minimum=1)
     lr = as_list(lr, "lr")
     if len(lr) != 2:
         raise ValueError(f"lr must be a pair (first angle, last angle), got {lr}")
-    lr_first, lr_last = (as_positive_float(v, "lr") for v in lr)
+    lr_first, lr_last = (
+        as_float(v, f"lr[{i}]", minimum=0.0, maximum=math.pi, open_minimum=True)
+        for i, v in enumerate(lr)
+    )
     engine = as_choice(engine, "engine", ENGINES)
     widths = _widths(X, G, depth, width)
+    _entries(_parameter_count(widths) * len(seeds), "the searched networks (parameters × seeds)")
+    _entries((steps + 1) * len(seeds), "the search's history (steps × seeds)")
     runs = []
     for seed in seeds:
         rng = np.random.RandomState(seed)
@@ -514,8 +673,9 @@ def escape_search(
         history, flat = fast_relu.sphere_descent(flat, widths, x, g, angles, radius)
         weights = _unflatten(flat, widths)
     else:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with threadpool_limits(limits=1, user_api="blas"), np.errstate(all="ignore"):
             history, weights = _sphere_descent(weights, x, g, angles, radius)
+    _finite(history, "the search's speeds (the data are too large)")
     weights = [torch.from_numpy(w) for w in weights]
     return EscapeSearch(speeds=history[-1].copy(), weights=weights, history=history, seeds=seeds)
 
@@ -554,10 +714,16 @@ def restart_seeds(seed: int, restarts: int) -> list[int]:
     """The seeds of ``restarts`` random starts for ``seed``: restarts·seed + i, i < restarts.
 
     Disjoint for different seeds, and just ``[seed]`` for a single start.
+    The largest, restarts·(seed + 1) − 1, must be a valid seed (at most 2³² − 1).
     """
     seed = as_seed(seed)
     restarts = as_int(restarts, "restarts", minimum=1)
-    return as_seeds([restarts * seed + i for i in range(restarts)], "restart seeds")
+    if restarts * (seed + 1) - 1 > SEED_LIMIT:
+        raise ValueError(
+            f"restarts·(seed + 1) − 1 must be a valid seed (<= {SEED_LIMIT}), got "
+            f"{restarts} restarts of seed {seed}"
+        )
+    return [restarts * seed + i for i in range(restarts)]
 
 
 def _best_start(X, G, depth, width, seed, steps, restarts, engine) -> tuple[EscapeSearch, int]:
@@ -625,22 +791,27 @@ def radius_along_escape(
     Definition 2.1 (measured on the sphere ‖ρ‖² = L) one has s_u = s L^{−L/2}:
     ``normalization="sphere"`` (default) makes this conversion, ``"printed"`` plugs s in for s_u
     as the paper's statement reads, which is off by the factor L^{L/2} in the rate. Beyond the
-    finite blow-up time (L > 2) the result is ``inf``.
+    finite blow-up time T* = R₀^{2−L}/((L−2) L s_u) (L > 2) the radius is infinite and the result
+    is ``inf``; a finite radius beyond float64 (before T*, or for L = 2) raises
+    :class:`~lib._checks.NumericalFailure`. Computed as R₀ (1 − (L−2) L s_u R₀^{L−2} t)^{−1/(L−2)},
+    which has no intermediate overflow for tiny R₀.
     """
-    times = as_tensor(times, "times", ndim=1).numpy()
+    times = as_tensor(times, "times", ndim=1, nonempty=True).numpy()
     if np.any(times < 0):
-        raise ValueError("times must be >= 0")
-    radius0 = as_positive_float(radius0, "radius0")
+        raise ValueError(f"times must be >= 0, got min {times.min():g}")
+    radius0 = np.float64(as_positive_float(radius0, "radius0"))
     speed = as_positive_float(speed, "speed")
-    depth = as_int(depth, "depth", minimum=2)
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    depth = as_int(depth, "depth", minimum=2, maximum=MAX_DEPTH)
+    normalization = as_choice(normalization, "normalization", NORMALIZATIONS)
     unit_speed = speed * depth ** (-depth / 2) if normalization == "sphere" else speed
-    if depth == 2:
-        return radius0 * np.exp(2 * unit_speed * times)
-    base = radius0 ** (2 - depth) + (2 - depth) * depth * unit_speed * times
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(base > 0, np.abs(base) ** (1.0 / (2 - depth)), np.inf)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        if depth == 2:
+            return _finite(radius0 * np.exp(2 * unit_speed * times), "R(t) (exp(2 s t) overflows)")
+        rate = (depth - 2) * depth * unit_speed * radius0 ** (depth - 2)
+        base = 1.0 - np.where(times > 0, rate * times, 0.0)
+        radius = np.where(base > 0, radius0 * np.abs(base) ** (-1.0 / (depth - 2)), np.inf)
+    _finite(radius[base > 0], "R(t) before the blow-up time (beyond float64)")
+    return radius
 
 
 # --------------------------------------------------------------------------------------------
@@ -649,21 +820,31 @@ def radius_along_escape(
 
 
 def _as_matrix(A, name: str) -> torch.Tensor:
-    A = as_tensor(A, name, ndim=2)
+    A = as_tensor(A, name, ndim=2, nonempty=True)
     if not bool(A.abs().sum() > 0):
         raise ValueError(f"{name} must not be the zero matrix")
     return A
 
 
 def stable_rank(A) -> float:
-    """srank(A) = ‖A‖_F² / ‖A‖_op² ∈ [1, rank A]."""
-    A = _as_matrix(A, "A")
+    """srank(A) = ‖A‖_F² / ‖A‖_op² ∈ [1, rank A], for a nonzero matrix of any scale."""
+    return _stable_rank(_as_matrix(A, "A"))
+
+
+def _stable_rank(A: torch.Tensor) -> float:
+    """srank of a nonzero matrix. It is scale-free: an exact power-of-two rescaling first keeps
+    ‖A‖² normal for entries of 1e-200 or 1e200 (and changes nothing for ordinary ones)."""
+    A = A * _binary_scale(A)
     return float(torch.linalg.norm(A) ** 2 / torch.linalg.matrix_norm(A, ord=2) ** 2)
 
 
 def tail_mass(A) -> float:
     """tail(A) = Σ_{i≥2} s_i² / Σ_i s_i² = 1 − 1/srank(A), the quantity Theorem 3.1 bounds."""
-    return max(0.0, 1.0 - 1.0 / stable_rank(A))  # rounding can put srank a hair below 1
+    return _tail_mass(_as_matrix(A, "A"))
+
+
+def _tail_mass(A: torch.Tensor) -> float:
+    return max(0.0, 1.0 - 1.0 / _stable_rank(A))  # rounding can put srank a hair below 1
 
 
 def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray]:
@@ -676,18 +857,23 @@ def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray
       ‖Z^σ_ℓ − Z_ℓ‖_F²/‖Z_ℓ‖_F² for the hidden layers ℓ = 1…L−1 (``nan`` where Z_ℓ = 0);
     * ``log_stable_rank[ℓ]`` = log srank(Z^σ_ℓ), ℓ = 0…L−1 (Z^σ_0 = X), the budget of Prop. 3.4;
     * ``singular_values[ℓ−1]``: the singular values of W_ℓ (a list of arrays).
+
+    ``tail_weights`` is ``nan`` for a zero W_ℓ. All ratios are scale-free and computed on
+    activations rescaled by powers of two, so tiny or huge (finite) activations are measured too;
+    activations beyond float64 raise :class:`~lib._checks.NumericalFailure`.
     """
-    X = as_tensor(X, "X", ndim=2)
+    X = _as_matrix(X, "X")
     weights = _as_weights(weights, d_in=X.shape[1], single=True)
     tails, tail_z, nonlin, logs, svals = [], [], [], [], []
     hidden = X
-    logs.append(math.log(stable_rank(X)))
+    logs.append(math.log(_stable_rank(X)))
     for index, w in enumerate(weights):
-        tails.append(tail_mass(w) if bool(w.abs().sum() > 0) else np.nan)
+        tails.append(_tail_mass(w) if bool(w.abs().sum() > 0) else np.nan)
         svals.append(torch.linalg.svdvals(w).numpy())
-        z = hidden @ w.T
+        z = _finite(hidden @ w.T, f"the pre-activations Z_{index + 1} (beyond float64)")
         if index == len(weights) - 1:
             break
+        z = z * _binary_scale(z)  # σ commutes with positive scales: the ratios are unchanged
         hidden = torch.relu(z)
         total = float((z**2).sum())
         if total == 0 or not bool(hidden.abs().sum() > 0):
@@ -695,9 +881,9 @@ def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray
             nonlin.append(np.nan)
             logs.append(np.nan)
             continue
-        tail_z.append(tail_mass(hidden))
+        tail_z.append(_tail_mass(hidden))
         nonlin.append(float(((hidden - z) ** 2).sum()) / total)
-        logs.append(math.log(stable_rank(hidden)))
+        logs.append(math.log(_stable_rank(hidden)))
     return {
         "tail_weights": np.array(tails),
         "tail_activations": np.array(tail_z),
@@ -732,9 +918,11 @@ def theorem31_bound(X, G, speed: float, layer) -> np.ndarray:
     ℓ > (9c)², roughly.
     """
     c = theorem31_constant(X, G, speed)
-    layer = np.atleast_1d(as_tensor(layer, "layer").numpy())
-    if np.any(layer < 1):
-        raise ValueError("layer indices start at 1")
+    layer = np.atleast_1d(as_tensor(layer, "layer", nonempty=True).numpy())
+    if layer.ndim > 1 or np.any(layer < 1) or np.any(layer != np.round(layer)):
+        raise ValueError(
+            f"layer must be a layer index or a list of them (integers >= 1), got {layer!r:.60}"
+        )
     x = c / np.sqrt(layer)
     with np.errstate(divide="ignore"):
         return np.where(x < 1, 8 * x / (1 - x), np.inf)
@@ -746,10 +934,12 @@ def proposition33_bound(G, epsilon: float, speed: float) -> float:
     For inputs u vᵀ + E with u, v ≥ 0 and ‖E‖_F ≤ ε, every layer of the optimal escape direction
     has tails and nonlinearity below this bound.
     """
-    G = as_tensor(G, "G")
+    G = as_tensor(G, "G", nonempty=True)
+    if G.ndim not in (1, 2):
+        raise ValueError(f"G must have shape (N,) or (N, d_out), got shape {tuple(G.shape)}")
     epsilon = as_positive_float(epsilon, "epsilon", allow_zero=True)
     speed = as_positive_float(speed, "speed")
-    shift = float(torch.linalg.norm(G)) * epsilon
+    shift = _norm(G) * epsilon  # inf (a vacuous bound) only where ‖G‖ ε is beyond float64
     return 8 * shift / (speed - shift) if shift < speed else math.inf
 
 
@@ -760,9 +950,8 @@ def proposition34_bound(X, G, speed: float, depth: int, p: float) -> float:
     (ℓ = 0…L−1) with tail(Z^σ_ℓ) below this value; behind it is the budget
     Σ_ℓ log srank(Z^σ_ℓ) ≤ 2 log(‖X‖_F‖G‖_F/s₀).
     """
-    depth = as_int(depth, "depth", minimum=1)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 1:
-        raise ValueError(f"p must be a number in (0, 1), got {p!r}")
+    depth = as_int(depth, "depth", minimum=1, maximum=MAX_DEPTH)
+    p = as_float(p, "p", minimum=0.0, maximum=1.0, open_minimum=True, open_maximum=True)
     return 2 * math.log(_ratio(X, G, speed)) / (p * depth)
 
 
@@ -785,7 +974,8 @@ def deepen(weights: Sequence[torch.Tensor], X, G, extra: int) -> list[torch.Tens
     weights = _as_weights(weights, d_in=X.shape[1], single=True)
     if len(weights) < 2 or weights[-1].shape[0] != G.shape[1]:
         raise ValueError("deepen needs a network of depth >= 2 whose output width is G's d_out")
-    extra = as_int(extra, "extra", minimum=1)
+    extra = as_int(extra, "extra", minimum=1, maximum=MAX_DEPTH - len(weights))
+    _entries(extra * weights[-2].shape[0] ** 2, "the identity layers (extra × width²)")
     hidden = X
     for w in weights[:-2]:
         hidden = torch.relu(hidden @ w.T)
@@ -810,8 +1000,11 @@ def deepen(weights: Sequence[torch.Tensor], X, G, extra: int) -> list[torch.Tens
     new_cols = torch.zeros_like(cols)
     new_cols[:, 0] = math.sqrt(a) * cols[:, best] / col_norms[best]
     deeper = [*weights[:-2], new_rows, *[identity.clone() for _ in range(extra)], new_cols]
-    scale = math.sqrt(len(deeper) / float(_squared_norm(deeper)))
-    return [w * scale for w in deeper]
+    squared = float(_squared_norm(deeper))
+    if not 0 < squared < math.inf:
+        raise NumericalFailure(f"deepen: ‖θ̃‖² = {squared} (the weights are beyond float64's range)")
+    scale = math.sqrt(len(deeper) / squared)
+    return [_finite(w * scale, "the deeper network") for w in deeper]
 
 
 # --------------------------------------------------------------------------------------------
@@ -852,20 +1045,19 @@ def saddle_to_saddle_run(
     """
     from lib.relu_nets import gaussian_weights
 
-    X = as_tensor(X, "X", ndim=2)
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
-        raise ValueError("labels must be a 1-D int64 tensor of class indices")
+    X = as_tensor(X, "X", ndim=2, nonempty=True)
+    labels = _labels(labels)
     if len(labels) != X.shape[0]:
         raise ValueError(f"labels has {len(labels)} entries but X has {X.shape[0]} rows")
-    if len(labels) == 0 or int(labels.min()) < 0:
-        raise ValueError("labels must be non-empty class indices >= 0")
-    depth = as_int(depth, "depth", minimum=2)
-    width = as_int(width, "width", minimum=1)
+    depth, width = _architecture(depth, width)
+    init_scale = as_positive_float(init_scale, "init_scale")
     eta0 = as_positive_float(eta0, "eta0")
-    seed = as_int(seed, "seed", minimum=0)
+    seed = as_seed(seed)
     engine = as_choice(engine, "engine", ENGINES)
     classes = int(labels.max()) + 1
+    _entries(len(labels) * classes, "the one-hot labels")
     widths = [X.shape[1]] + [width] * (depth - 1) + [max(classes, 2)]
+    steps, record_every = _schedule(steps, record_every, _parameter_count(widths))
     init = gaussian_weights(widths, init_scale, np.random.RandomState(seed))
     names = [f"W{i + 1}" for i in range(depth)]
 
@@ -928,7 +1120,7 @@ def find_plateaus(losses, *, window: int, tolerance: float) -> list[tuple[int, i
     ``tolerance``; flat windows that overlap or touch merge into one plateau. Returns a list of
     ``(first, last, median loss)`` with record indices (inclusive), in order.
     """
-    losses = as_tensor(losses, "losses", ndim=1).numpy()
+    losses = as_tensor(losses, "losses", ndim=1, nonempty=True).numpy()
     window = as_int(window, "window", minimum=2)
     tolerance = as_positive_float(tolerance, "tolerance")
     if len(losses) < window:

@@ -299,3 +299,66 @@ def test_find_plateaus_merges_overlapping_stretches():
     assert [(a, b) for a, b, _ in merged] == [(0, 3), (5, 8)]
     joined = saddles.find_plateaus(np.full(12, 1.0), window=3, tolerance=0.01)
     assert [(a, b) for a, b, _ in joined] == [(0, 11)]
+
+
+# --- Tiny and huge inputs, sizes (issue: every module's bad input) ---------------------------
+
+
+def test_stable_rank_and_tail_mass_are_scale_free():
+    # a 1e-200 matrix used to give srank nan and tail 0 (its squared norms underflow)
+    A = torch.tensor([[1.0, 0.5, -0.3], [2.0, 0.1, 0.4]], dtype=DT)
+    for scale in (1e-200, 1e200):
+        # the scaled entries are rounded once (relative 1e-16); srank moves by about as much
+        assert saddles.stable_rank(A * scale) == pytest.approx(saddles.stable_rank(A), rel=1e-13)
+        assert saddles.tail_mass(A * scale) == pytest.approx(saddles.tail_mass(A), rel=1e-13)
+    with pytest.raises(ValueError, match="zero matrix"):
+        saddles.stable_rank(torch.zeros((2, 2), dtype=DT))
+
+
+def test_speeds_and_bounds_of_huge_data_are_finite(circle):
+    X, G = circle
+    # powers of two: the scaled data are exact, and so are the homogeneous answers
+    big = 2.0**900
+    assert saddles.speed_upper_bound(X * big, G) == saddles.speed_upper_bound(X, G) * big
+    assert saddles.rank1_escape_speed(X, G * big) == saddles.rank1_escape_speed(X, G) * big
+    rho = saddles.example1_rank2_weights()
+    assert float(saddles.speed_of([w * 2.0**-400 for w in rho], X, G)) == float(
+        saddles.speed_of(rho, X, G)
+    )
+    with pytest.raises(ValueError, match="not finite"):  # ‖X‖‖G‖ itself beyond float64
+        saddles.speed_upper_bound(X * 1e300, G * 1e300)
+
+
+def test_radius_is_inf_only_after_the_blow_up():
+    # L = 3, R0 = 1, s_u = 1 ("printed"): T* = 1/3; exp overflow for L = 2 is an error
+    radius = saddles.radius_along_escape([0.0, 0.1, 0.5], radius0=1.0, speed=1.0, depth=3,
+                                         normalization="printed")  # fmt: skip
+    assert np.isfinite(radius[:2]).all() and radius[2] == np.inf
+    with pytest.raises(ValueError, match="overflows"):
+        saddles.radius_along_escape([1e3], radius0=1.0, speed=1.0, depth=2,
+                                    normalization="printed")  # fmt: skip
+    with pytest.raises(ValueError, match="depth must be at most"):
+        saddles.radius_along_escape([1.0], radius0=1.0, speed=1.0, depth=10**12)
+
+
+def test_sizes_are_checked_before_anything_is_allocated(circle):
+    X, G = circle
+    with pytest.raises(ValueError, match="restarts"):
+        saddles.restart_seeds(0, 10**12)
+    with pytest.raises(ValueError, match="width must be at most"):
+        saddles.escape_search(X, G, depth=3, width=2**64, seeds=[0], steps=2)
+    with pytest.raises(ValueError, match="history"):
+        saddles.escape_search(X, G, depth=3, width=2, seeds=[0, 1], steps=10**12)
+    with pytest.raises(ValueError, match="recorded trajectory"):
+        saddles.localized_descent(saddles.example1_rank2_weights(), X, G, lr=0.1, steps=10**12)
+    with pytest.raises(ValueError, match="extra must be at most"):
+        saddles.deepen(saddles.example1_rank2_weights(), X, G, 10**12)
+
+
+def test_escape_search_result_checks_its_fields(circle):
+    X, G = circle
+    search = saddles.escape_search(X, G, depth=3, width=2, seeds=[0, 1], steps=3)
+    with pytest.raises(ValueError, match="speeds must have shape"):
+        saddles.EscapeSearch(search.speeds[:1], search.weights, search.history, search.seeds)
+    with pytest.raises(ValueError, match="S = 1 runs"):
+        saddles.EscapeSearch(search.speeds[:1], search.weights, search.history[:, :1], (0,))

@@ -434,3 +434,80 @@ def test_orthogonal_starts_reach_min_l2_at_every_depth_and_scale(depth, alpha):
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --- Bad input that used to give a silent wrong answer (issue: every module's bad input) -----
+
+
+def test_two_layer_losses_reject_a_y_of_another_length():
+    # one target for two examples used to broadcast: a loss of the wrong problem
+    X = torch.tensor([[1.0, 2.0], [-0.5, 1.0]], dtype=DT)
+    for factory in (tn.two_layer_loss, tn.two_layer_gradient):
+        with pytest.raises(ValueError, match="y must have one entry per row of X"):
+            factory("diagonal", X, torch.tensor([1.0], dtype=DT))
+
+
+def test_two_layer_gradient_checks_the_params_it_meets():
+    X, y = torch.tensor([[1.0, 2.0]], dtype=DT), torch.tensor([1.0], dtype=DT)
+    closure = tn.two_layer_gradient("conv", X, y)
+    good = {"v1": torch.tensor([0.5, 0.2], dtype=DT), "v2": torch.tensor([0.1, 0.3], dtype=DT)}
+    value, _ = closure(good)
+    with pytest.raises(ValueError, match="d = 2 columns"):
+        closure({"v1": torch.ones(3, dtype=DT), "v2": torch.ones(3, dtype=DT)})
+    with pytest.raises(ValueError, match="keys 'v1' and 'v2'"):
+        closure({"v1": good["v1"]})
+    # a checked structure is trusted afterwards: the same value on a second call (one path)
+    assert closure(good)[0] == value
+
+
+def test_dual_root_rejects_infinite_targets_and_takes_tensors():
+    X, y, w = random_instance(4)
+    with pytest.raises(ValueError, match="y must be finite"):
+        tn.dual_root(X, np.array([np.inf, 1.0]), alpha=0.5, depth=3, eta_bar=w)
+    from_numpy = tn.dual_root(X, y, alpha=0.5, depth=3, eta_bar=w)
+    from_torch = tn.dual_root(torch.from_numpy(X), torch.from_numpy(y), alpha=0.5, depth=3,
+                              eta_bar=torch.from_numpy(w))  # fmt: skip
+    # the same float64 numbers through the same code path: equal
+    np.testing.assert_array_equal(from_numpy, from_torch)
+    with pytest.raises(ValueError, match="normal range"):  # alpha^L |eta|^L underflows
+        tn.dual_root(X, y, alpha=1e-200, depth=3, eta_bar=w)
+
+
+def test_angle_degrees_takes_one_direction_and_no_zero_row():
+    betas = np.array([[1.0, 0.0], [0.0, 2.0]])
+    with pytest.raises(ValueError, match="direction must have 1 dimension"):
+        tn.angle_degrees(betas, np.array([[1.0, 0.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="zero row"):
+        tn.angle_degrees(np.array([[1.0, 0.0], [0.0, 0.0]]), [1.0, 0.0])
+    # scale-free: 1e300-sized rows give the angles of the unit-sized ones (exact rescaling)
+    np.testing.assert_array_equal(
+        tn.angle_degrees(betas * 2.0**1000, [2.0**-1000, 0.0]), tn.angle_degrees(betas, [1.0, 0])
+    )
+
+
+def test_diagonal_params_needs_a_nonempty_direction():
+    with pytest.raises(ValueError, match="w_bar must not be empty"):
+        tn.diagonal_params(torch.zeros(0, dtype=DT), alpha=1.0, depth=2)
+    with pytest.raises(ValueError, match="w_bar must not be empty"):
+        tn.diagonal_params(torch.zeros((3, 0), dtype=DT), alpha=1.0, depth=2)
+
+
+def test_coefficient_maps_check_their_params():
+    with pytest.raises(ValueError, match="'w1', …, 'wL'"):
+        tn.diagonal_coefficients({"w1": torch.ones(2, dtype=DT), "w3": torch.ones(2, dtype=DT)})
+    with pytest.raises(ValueError, match="one shape"):
+        tn.conv_coefficients({"w1": torch.ones(2, dtype=DT), "w2": torch.ones(3, dtype=DT)})
+    with pytest.raises(ValueError, match="chain"):
+        tn.fc_coefficients({"W1": torch.ones((2, 3), dtype=DT), "w2": torch.ones(2, dtype=DT)})
+    loss = tn.regression_loss(tn.diagonal_coefficients, X1, Y1)
+    with pytest.raises(ValueError, match="'w1', …, 'wL'"):
+        loss({"w1": torch.ones(2, dtype=DT), "v2": torch.ones(2, dtype=DT)})
+    with pytest.raises(ValueError, match="coefficients must be a callable"):
+        tn.regression_loss("diagonal", X1, Y1)
+
+
+def test_results_beyond_float64_raise():
+    with pytest.raises(ValueError, match="h_L"):  # sinh(2t)/2 overflows for t > 355
+        tn.h_L(400.0, 2)
+    with pytest.raises(ValueError, match="too large for a squared loss"):
+        tn.diagonal_gradient(np.array([[1e300, 1.0]]), [1.0])
