@@ -311,8 +311,11 @@ loss would be inf at every parameter."""
 def check_magnitude(tensor: torch.Tensor, name: str, limit: float = DATA_LIMIT) -> torch.Tensor:
     """``tensor`` (already checked finite) if no entry exceeds ``limit`` in magnitude, else a
     ValueError that says how large it came."""
-    if tensor.numel() and bool(tensor.detach().abs().amax() > limit):
-        largest = float(tensor.detach().abs().amax())
+    if tensor.numel() == 0:
+        return tensor
+    low, high = torch.aminmax(tensor.detach())  # no |tensor| allocated
+    if high > limit or low < -limit:
+        largest = max(float(high), -float(low))
         raise ValueError(
             f"{name} must have entries of magnitude at most {limit:.0e} (a loss of larger data "
             f"overflows float64), got max |{name}| = {largest:.3g}"

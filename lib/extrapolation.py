@@ -708,7 +708,7 @@ def gru_teacher(hidden: int, target, *, steps: int = 300, lr: float = 1e-2, seed
     response carries information for as long as the target does.
     """
     target = as_tensor(target, "target", ndim=1, nonempty=True)
-    steps = as_int(steps, "steps", minimum=1)
+    steps = as_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
     net = GRUNet(hidden, seed)
     impulse = torch.zeros(1, target.shape[0], dtype=DTYPE)
     impulse[0, 0] = 1.0

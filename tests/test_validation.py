@@ -356,3 +356,87 @@ def test_messages_name_the_value_that_came():
     params = {"a": ones(1, 2) * 0.1, "b": ones(1, 2) * 0.1}
     with pytest.raises(ValueError, match=r"milestones must be strictly increasing, got \[15, 5\]"):
         extrapolation.train_adam(field, params, 1, lr=0.01, steps=20, milestones=[15, 5])
+
+
+# --------------------------------------------------------------------------------------------
+# Sizes, overflowing results, and the contract of the loss closures
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [10**12, 2**64])
+def test_absurd_sizes_get_a_value_error_before_any_allocation(size):
+    """A length of 10¹² (or one beyond a C integer) is refused by lib, not by the allocator."""
+    a = torch.tensor([0.5, -0.3], dtype=DT)
+    calls = [
+        lambda: ssm.impulse_response(a, ones(2), ones(2), size),
+        lambda: ssm.unit_impulse(size, 1),
+        lambda: ssm.random_sequences(size, 3, [1], torch.Generator()),
+        lambda: extrapolation.delay_teacher(size),
+        lambda: extrapolation.lemma_a1_pair(size),
+        lambda: poison.theorem1_training_set(4, size, poisoned=True),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="at most"):
+            call()
+
+
+def test_training_records_that_cannot_fit_are_refused():
+    def loss(p):
+        return (p["w"] ** 2).sum()
+
+    with pytest.raises(ValueError, match="raise record_every"):
+        flow.gradient_descent(loss, {"w": ones(3)}, 0.1, 10**12)
+    with pytest.raises(ValueError, match="steps must be at most"):
+        flow.gradient_descent(loss, {"w": ones(3)}, 0.1, 2**64, record_every=2**60)
+
+
+def test_evaluations_that_overflow_raise_numerical_failure():
+    huge = torch.full((3,), 1e300, dtype=DT)
+    x = torch.ones(2, 4, dtype=DT)
+    for call in (
+        lambda: ssm.impulse_response(huge, ones(3), ones(3), 4),
+        lambda: ssm.ssm_output(huge, ones(3), ones(3), x),
+        lambda: ssm.ssm_recurrence(huge, ones(3), ones(3), x),
+        lambda: extrapolation.moment_sequence(huge, ones(3), 4),
+        lambda: poison.theorem1_velocity(huge, 5, poisoned=True),
+        lambda: linear_nets.end_to_end_velocity(huge, ones(3), 3),
+    ):
+        with pytest.raises(NumericalFailure, match="not finite"):
+            call()
+
+
+def test_loss_data_beyond_1e100_are_rejected_with_their_size():
+    x = torch.full((2, 3), 1e300, dtype=DT)
+    with pytest.raises(ValueError, match=r"max \|x\| = 1e\+300"):
+        ssm.square_loss_gradient(x, ones(2))
+    with pytest.raises(ValueError, match="target must have entries of magnitude"):
+        linear_nets.scalar_regression_loss(linear_nets.xavier_init([2, 2, 1], 0), [1e300, 0.0])
+
+
+def test_a_loss_closure_passes_an_overflow_on_for_the_engine_to_flag():
+    """At parameters that overflow, a loss closure returns the overflow (inf, or nan from inf − inf)
+    rather than raising: the engines stop the run there and report it in info["diverged"]."""
+    net = linear_nets.xavier_init([2, 2, 1], 0)
+    huge = {k: v * 1e200 for k, v in net.items()}
+    assert not math.isfinite(float(linear_nets.scalar_regression_loss(huge, [1.0, 0.0])))
+    run = flow.gradient_descent(
+        lambda p: linear_nets.scalar_regression_loss(p, [1.0, 0.0]), huge, 0.1, 5
+    )
+    assert run.info["diverged"] is True
+
+
+def test_theorem15_step_size_below_float64_is_reported_with_its_size():
+    assert linear_nets.theorem15_step_size(3, 0.1, 0.5, 0.1) > 0
+    with pytest.raises(NumericalFailure, match=r"10\^-331"):
+        linear_nets.theorem15_step_size(100, 0.1, 0.5, 0.1)
+
+
+def test_a_descent_field_is_checked_where_it_is_built():
+    field = extrapolation.balanced_descent_field(torch.tensor([1.0, 0.5, 0.25], dtype=DT), [3])
+    target = np.array([1.0, 0.5, 0.25])
+    with pytest.raises(ValueError, match="target needs at least max"):
+        extrapolation.DescentField("balanced", target[:2], (3,), field.gradient)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        extrapolation.DescentField("dense", target, (3,), field.gradient)
+    with pytest.raises(ValueError, match="ks must be a tuple"):
+        extrapolation.DescentField("balanced", target, [3], field.gradient)
