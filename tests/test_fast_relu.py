@@ -242,5 +242,5 @@ def test_localized_descent_rejects_bad_input():
     with pytest.raises(ValueError, match="outputs"):
         saddles.localized_descent(good[:2] + [torch.ones((2, 1), dtype=torch.float64)], X, G,
                                   lr=0.1, steps=2)  # fmt: skip
-    with pytest.raises(ValueError, match="eta0"):
+    with pytest.raises(ValueError, match="lr must be"):  # the argument's own name
         saddles.localized_descent(good, X, G, lr=-0.1, steps=2)
