@@ -121,20 +121,25 @@ book: $(STAMP) $(MATHJAX)
 site-test: book
 	$(BIN)/python tools/site_test.py _build/html
 
-# The course: book/assignments/*.md through otter-grader (tools/assignments.py, book/course.md).
-# Each submission is graded in its own process and kernel; TIMEOUT (s) per submission,
-# CELL_TIMEOUT (s) per cell, JOBS submissions at once; ASSIGNMENT= when the notebooks lack
-# otter's metadata.
+# The course: book/assignments/*.md (tools/assignments.py, book/course.md). make student: the
+# student notebooks (otter-grader), with STUDENTS=<roster> one per student with their own
+# parameters. make grade: each submission in a bubblewrap sandbox (installed with apt-get when
+# missing and root), TIMEOUT (s) and MEMORY per submission, CELL_TIMEOUT (s) per cell, JOBS at
+# once; ASSIGNMENT= when the notebooks lack their metadata; UNSANDBOXED=1 only where no sandbox
+# can run. COURSE_SECRET (make student/grade COURSE_SECRET=...) draws the hidden tests' inputs and
+# the students' parameters; the tools read it from the environment, so it is never echoed here.
 TIMEOUT ?= 300
 CELL_TIMEOUT ?= 60
 JOBS ?= 2
+MEMORY ?= 4G
 student: $(STAMP)
-	$(RUN) $(BIN)/python tools/assignments.py student
+	$(RUN) $(BIN)/python tools/assignments.py student $(if $(STUDENTS),--students "$(STUDENTS)")
 
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder of .ipynb>"; exit 2; }
 	$(RUN) $(BIN)/python tools/assignments.py grade "$(SUBMISSIONS)" --timeout $(TIMEOUT) \
-	  --cell-timeout $(CELL_TIMEOUT) --jobs $(JOBS) $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT))
+	  --cell-timeout $(CELL_TIMEOUT) --jobs $(JOBS) --memory $(MEMORY) \
+	  $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(UNSANDBOXED),--unsandboxed)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks tools

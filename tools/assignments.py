@@ -1,39 +1,41 @@
-"""Assignments for a course, on otter-grader: make the student notebooks, grade a folder.
+"""Assignments for a course: make the student notebooks (otter-grader), grade a folder (sandboxed).
 
 Usage::
 
-    python tools/assignments.py student [--out _build/student] [NAME ...]
-    python tools/assignments.py grade FOLDER [--bundle _build/student] [--assignment NAME]
-                                      [--timeout 300] [--cell-timeout 60] [--jobs 2]
+    python tools/assignments.py student [--out _build/student] [--students ROSTER] [NAME ...]
+    python tools/assignments.py grade FOLDER [--assignment NAME] [--timeout 300]
+                                      [--cell-timeout 60] [--jobs 2] [--memory 4G] [--unsandboxed]
+
+The course secret is read from the environment variable ``COURSE_SECRET`` (``make student
+COURSE_SECRET=...``), never from the command line.
 
 Each chapter has a short companion assignment, ``book/assignments/<name>.md``: a jupytext MyST
 notebook in otter-grader's assignment format (``# BEGIN QUESTION`` raw cells with a name and
 points, ``# BEGIN SOLUTION`` / ``# END SOLUTION`` around the answers, ``# BEGIN TESTS`` cells with
-public tests and ``hidden: true`` ones). otter-grader does the real work; this file is the glue it
-lacks:
+the public tests students run), plus ``# GRADING`` code cells with the tests the grader runs
+(tools/grading.py), which never reach the student notebook.
 
 ``student``
-    converts each assignment to ``.ipynb`` with jupytext and runs ``otter assign`` on it, then
-    writes ``<out>/<name>.ipynb`` (the student notebook, public tests only, to hand out),
-    ``<out>/autograder/<name>.zip`` (otter's autograder bundle, hidden tests included, also what
-    Gradescope takes) and ``<out>/autograder/<name>.ipynb`` (the solution notebook).
+    converts each assignment to ``.ipynb`` with jupytext, drops its ``# GRADING`` cells and runs
+    ``otter assign`` on the rest, then writes ``<out>/<name>.ipynb`` (the student notebook, to
+    hand out), ``<out>/autograder/<name>.zip`` (otter's bundle for Gradescope: public tests only)
+    and ``<out>/autograder/<name>.ipynb`` (the solution notebook). With ``--students ROSTER`` (one
+    student id a line) it also writes ``<out>/<name>/<id>.ipynb``: the notebook with the id in its
+    metadata and that student's ``# PARAMETERS`` values, drawn from the id and the course secret.
+    An assignment whose source and secret have not changed since the last run is skipped.
 
 ``grade``
-    grades every ``.ipynb`` in FOLDER with ``otter run`` (otter's grading without Docker), each in
-    its own child process (which starts its own Jupyter kernel): never in this process. A cell that
-    runs longer than ``--cell-timeout`` seconds is interrupted (its question fails, the others are
-    still graded); a submission that outlives ``--timeout`` is killed with its kernel and scores 0.
-    A notebook that is not valid JSON scores 0. Progress goes to stdout; the scores go to
-    ``FOLDER/grades.csv`` (columns ``submission``, one per question, ``score``, ``possible``) and
-    otter's output for each submission to ``FOLDER/grading-logs/<submission>.txt``.
+    grades every ``.ipynb`` in FOLDER (tools/grading.py): each submission runs in a sandbox of its
+    own (tools/sandbox.py), the verdicts are computed in the grader's process, and
+    ``FOLDER/grades.csv``, ``FOLDER/feedback/`` (for students), ``FOLDER/grading-logs/`` (for the
+    instructor) and ``FOLDER/written/`` (answers to the questions graded by hand) are written once
+    every sandbox is gone.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import concurrent.futures
-import csv
+import hashlib
 import json
 import os
 import re
@@ -41,35 +43,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grading  # noqa: E402  (tools/ is not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "book" / "assignments"
 BUNDLE = ROOT / "_build" / "student"
-
-# Prepended to a copy of each submission before grading: IPython hooks arm an interval timer
-# before every cell and disarm it after, so a cell that never ends raises TimeoutError (which
-# the grading run records like any other error, and goes on). The names are deleted again.
-CELL_TIMER = """\
-import signal as _otter_signal
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 
 
-def _otter_ring(signum, frame):
-    raise TimeoutError("this cell ran longer than {seconds} s and was stopped by the grader")
-
-
-_otter_signal.signal(_otter_signal.SIGALRM, _otter_ring)
-get_ipython().events.register(
-    "pre_run_cell", lambda *_: _otter_signal.setitimer(_otter_signal.ITIMER_REAL, {seconds})
-)
-get_ipython().events.register(
-    "post_run_cell", lambda *_: _otter_signal.setitimer(_otter_signal.ITIMER_REAL, 0)
-)
-del _otter_ring
-"""
+def course_secret() -> str:
+    """``COURSE_SECRET`` from the environment, or the public default."""
+    return os.environ.get("COURSE_SECRET") or grading.DEFAULT_SECRET
 
 
 def sources(names: list[str] | None = None, folder: Path | None = None) -> list[Path]:
@@ -84,38 +72,121 @@ def sources(names: list[str] | None = None, folder: Path | None = None) -> list[
     return [by_name[n] for n in names]
 
 
-def make_student(out: Path = BUNDLE, names: list[str] | None = None) -> list[Path]:
-    """Run ``otter assign`` on every assignment; return the student notebooks written."""
-    import jupytext
-    from otter.assign import main as otter_assign
+def stamp(source: Path, secret: str) -> str:
+    """What a bundle was made from: the source's hash, this file's, and the secret's fingerprint."""
+    digest = hashlib.sha256(source.read_bytes() + Path(__file__).read_bytes()).hexdigest()
+    return json.dumps({"source": digest, "secret": grading.fingerprint(secret)})
 
+
+def read_roster(path: Path) -> list[str]:
+    """Student ids, one a line (blank lines and ``#`` comments skipped); ValueError if malformed."""
+    ids = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        if not STUDENT_ID.match(line):
+            raise ValueError(
+                f"{path}:{number}: a student id is letters, digits and ._@-, got {line!r}"
+            )
+        ids.append(line)
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: a student id appears twice")
+    return ids
+
+
+def make_student(
+    out: Path = BUNDLE,
+    names: list[str] | None = None,
+    *,
+    students: list[str] | None = None,
+    secret: str | None = None,
+    force: bool = False,
+) -> list[Path]:
+    """Run ``otter assign`` on every assignment; return the student notebooks written."""
+    secret = course_secret() if secret is None else secret
     (out / "autograder").mkdir(parents=True, exist_ok=True)
     written = []
     for source in sources(names):
         name = source.stem
-        with tempfile.TemporaryDirectory(prefix=f"assign-{name}-") as scratch:
-            master = Path(scratch) / f"{name}.ipynb"
-            notebook = jupytext.read(source, fmt="md:myst")
-            _add_grading_environment(notebook, source)
-            jupytext.write(notebook, master, fmt="ipynb")
-            result = Path(scratch) / "dist"
-            otter_assign(str(master), str(result), no_pdfs=True, no_run_tests=True)
-            (bundle,) = (result / "autograder").glob("*.zip")
-            _check_name(bundle, name)
-            shutil.copy(bundle, out / "autograder" / f"{name}.zip")
-            shutil.copy(
-                result / "autograder" / f"{name}.ipynb", out / "autograder" / f"{name}.ipynb"
-            )
-            shutil.copy(result / "student" / f"{name}.ipynb", out / f"{name}.ipynb")
+        marker = out / "autograder" / f"{name}.stamp"
+        current = stamp(source, secret)
+        fresh = marker.is_file() and marker.read_text(encoding="utf-8") == current
+        if force or not fresh or not (out / f"{name}.ipynb").is_file():
+            _assign(source, out)
+            marker.write_text(current, encoding="utf-8")
         written.append(out / f"{name}.ipynb")
+        if students:
+            written += _personal_notebooks(source, out, students, secret)
     return written
+
+
+def _assign(source: Path, out: Path) -> None:
+    """``otter assign`` on one source, without its # GRADING cells."""
+    import jupytext
+    import nbformat
+    from otter.assign import main as otter_assign
+
+    name = source.stem
+    with tempfile.TemporaryDirectory(prefix=f"assign-{name}-") as scratch:
+        master = Path(scratch) / f"{name}.ipynb"
+        notebook = jupytext.read(source, fmt="md:myst")
+        notebook.cells = [
+            c for c in notebook.cells if not c.source.lstrip().startswith(grading.GRADING_MARK)
+        ]
+        _add_grading_environment(notebook, source)
+        jupytext.write(notebook, master, fmt="ipynb")
+        result = Path(scratch) / "dist"
+        otter_assign(str(master), str(result), no_pdfs=True, no_run_tests=True)
+        (bundle,) = (result / "autograder").glob("*.zip")
+        _check_name(bundle, name)
+        shutil.copy(bundle, out / "autograder" / f"{name}.zip")
+        shutil.copy(result / "autograder" / f"{name}.ipynb", out / "autograder" / f"{name}.ipynb")
+        student = nbformat.read(result / "student" / f"{name}.ipynb", as_version=4)
+        student.metadata["course"] = {"assignment": name}
+        nbformat.write(student, out / f"{name}.ipynb")
+
+
+def _personal_notebooks(source: Path, out: Path, students: list[str], secret: str) -> list[Path]:
+    """``out/<name>/<id>.ipynb`` for each student: their id and ``# PARAMETERS`` values."""
+    import nbformat
+
+    name = source.stem
+    spec = grading.load(name, source.parent)
+    folder = out / name
+    folder.mkdir(exist_ok=True)
+    written = []
+    for student in students:
+        notebook = nbformat.read(out / f"{name}.ipynb", as_version=4)
+        notebook.metadata["course"] = {"assignment": name, "student": student}
+        values = grading.draw(spec.parameters, secret, name, student)
+        for cell in notebook.cells:
+            if cell.cell_type == "code" and cell.source.lstrip().startswith(
+                grading.PARAMETERS_MARK
+            ):
+                cell.source = _fill_parameters(cell.source, values, student)
+        path = folder / f"{student}.ipynb"
+        nbformat.write(notebook, path)
+        written.append(path)
+    return written
+
+
+def _fill_parameters(source: str, values: dict, student: str) -> str:
+    lines = []
+    for line in source.splitlines():
+        match = re.match(r"^(\w+)\s*=", line.strip())
+        if match and match.group(1) in values and not line.lstrip().startswith("#"):
+            line = f"{match.group(1)} = {values[match.group(1)]!r}  # for {student}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def grading_requirements() -> list[str]:
     """What an autograder outside this repository (Gradescope) installs to ``import lib``.
 
     The exact pins of ``requirements-lock.txt`` for lib's own dependencies (``pyproject.toml``),
-    and the package itself from the repository named in ``pyproject.toml``.
+    and the package itself from the repository named in ``pyproject.toml``, at this checkout's
+    commit (so that the bundle grades with the ``lib`` the assignment was written against).
     """
     import tomllib
 
@@ -126,7 +197,13 @@ def grading_requirements() -> list[str]:
         for line in (ROOT / "requirements-lock.txt").read_text(encoding="utf-8").splitlines()
         if "==" in line and line.split("==")[0].strip().lower() in wanted
     ]
-    return [*pins, f"{project['name']} @ git+{project['urls']['Repository']}"]
+    url = f"git+{project['urls']['Repository']}"
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    if re.fullmatch(r"[0-9a-f]{40}", commit):
+        url += f"@{commit}"
+    return [*pins, f"{project['name']} @ {url}"]
 
 
 def _add_grading_environment(notebook, source: Path) -> None:
@@ -150,208 +227,33 @@ def _check_name(bundle: Path, name: str) -> None:
         )
 
 
-def _natural(text: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+def check_bundle(name: str, bundle_dir: Path, secret: str, echo=print) -> None:
+    """Refuse a secret other than the one ``make student`` drew the students' parameters from;
+    warn when the source changed since the student notebooks were made."""
+    marker = bundle_dir / "autograder" / f"{name}.stamp"
+    if not marker.is_file():
+        return
+    made = json.loads(marker.read_text(encoding="utf-8"))
+    personal = any((bundle_dir / name).glob("*.ipynb"))
+    if personal and made["secret"] != grading.fingerprint(secret):
+        raise ValueError(
+            f"COURSE_SECRET differs from the one `make student` used for {name} (its notebooks "
+            "carry parameters drawn from that one): grade with the same COURSE_SECRET"
+        )
+    if made["source"] != json.loads(stamp(SOURCES / f"{name}.md", secret))["source"]:
+        echo(
+            f"note: book/assignments/{name}.md changed since `make student`: students may have "
+            "answered an older version (run make student to rebuild the notebooks)"
+        )
 
 
-def questions(bundle: Path) -> dict[str, float]:
-    """``{question: points}`` from the test files of an otter autograder zip, in natural order.
-
-    Read with ``ast`` (never executed): each ``tests/<q>.py`` has ``points = <number>`` (every
-    question of the book's assignments states its points).
-    """
-    found = {}
-    with zipfile.ZipFile(bundle) as zf:
-        for item in zf.namelist():
-            if not (item.startswith("tests/") and item.endswith(".py")):
-                continue
-            tree = ast.parse(zf.read(item).decode("utf-8"))
-            values = {
-                node.targets[0].id: node.value
-                for node in tree.body
-                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-            }
-            name, points = ast.literal_eval(values["name"]), ast.literal_eval(values["points"])
-            if not isinstance(points, int | float):
-                raise ValueError(f"{bundle}: question {name} must state its total points")
-            found[name] = float(points)
-    return dict(sorted(found.items(), key=lambda kv: _natural(kv[0])))
-
-
-def assignment_of(notebook: Path) -> str | None:
-    """The otter assignment name in a notebook's metadata (``None`` if unreadable or absent)."""
-    try:
-        meta = json.loads(notebook.read_text(encoding="utf-8"))["metadata"]
-        return meta["otter"]["assignment_name"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-@dataclass
-class Grade:
-    submission: str
-    scores: dict[str, float] = field(default_factory=dict)
-    status: str = "graded"
-    seconds: float = 0.0
-
-
-def _prepare(submission: Path, scratch: Path, cell_timeout: float) -> Path | None:
-    """A copy of the submission to grade: the cell timer in front, this environment's kernel.
-
-    ``None`` if the file is not a notebook.
-    """
-    import nbformat
-
-    try:
-        nb = nbformat.read(submission, as_version=4)
-    except Exception:  # any unreadable file: graded as zero
-        return None
-    timer = nbformat.v4.new_code_cell(CELL_TIMER.format(seconds=cell_timeout))
-    nb.cells.insert(0, timer)
-    # Whatever kernel the student's editor recorded, grade in this environment's Python kernel.
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    copy = scratch / "submission.ipynb"
-    nbformat.write(nb, copy)
-    return copy
-
-
-def _kill_tree(process: subprocess.Popen) -> None:
-    """Kill a child process and all its descendants (the kernel runs in a session of its own)."""
-    import psutil
-
-    try:
-        family = psutil.Process(process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    for member in [*family]:
-        try:
-            member.kill()
-        except psutil.NoSuchProcess:
-            pass
-    process.kill()
-    process.wait()
-
-
-def grade_one(
-    submission: Path, bundle: Path, *, timeout: float, cell_timeout: float, log: Path
-) -> Grade:
-    """Grade one notebook with ``otter run`` in a child process; zeros if it fails or times out."""
-    grade = Grade(submission.name)
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch_dir:
-        scratch = Path(scratch_dir)
-        copy = _prepare(submission, scratch, cell_timeout)
-        if copy is None:
-            grade.status = "not a notebook"
-            log.write_text("the file could not be read as a Jupyter notebook\n", encoding="utf-8")
-            return grade
-        results = scratch / "results"
-        results.mkdir()
-        command = [sys.executable, "-m", "otter", "run", "--no-logo"]
-        command += ["-a", str(bundle), "-o", str(results), str(copy)]
-        env = dict(os.environ)
-        # The kernelspec runs "python": the one beside this interpreter (the venv's).
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        with open(log, "w", encoding="utf-8") as out:
-            process = subprocess.Popen(
-                command,
-                cwd=scratch,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                _kill_tree(process)
-                grade.status = f"timeout after {timeout:g} s"
-        try:
-            tests = json.loads((results / "results.json").read_text(encoding="utf-8"))["tests"]
-            grade.scores = {t["name"]: float(t["score"]) for t in tests if "max_score" in t}
-            with open(log, "a", encoding="utf-8") as out:  # what each test said, for the teacher
-                out.writelines(f"\n{t['name']}:\n{t.get('output', '')}\n" for t in tests)
-        except (OSError, ValueError, KeyError, TypeError):
-            if grade.status == "graded":
-                grade.status = f"grader error (exit code {process.returncode}), see the log"
-    grade.seconds = time.monotonic() - start
-    return grade
-
-
-def grade_folder(
-    folder: Path,
-    *,
-    bundle_dir: Path = BUNDLE,
-    assignment: str | None = None,
-    timeout: float = 300.0,
-    cell_timeout: float = 60.0,
-    jobs: int = 2,
-    echo=print,
-) -> Path:
-    """Grade every ``.ipynb`` in ``folder``; write ``folder/grades.csv`` and return its path."""
-    folder = Path(folder)
-    submissions = sorted(p for p in folder.glob("*.ipynb") if p.is_file())
-    if not submissions:
-        raise ValueError(f"{folder}: no .ipynb submissions to grade")
-    if assignment is None:
-        names = {n for n in map(assignment_of, submissions) if n is not None}
-        if len(names) != 1:
-            raise ValueError(
-                f"{folder}: cannot tell which assignment these notebooks are for (found "
-                f"{sorted(names) or 'none'}); grade one assignment per folder, or name it "
-                "with --assignment (make grade ... ASSIGNMENT=name)"
-            )
-        (assignment,) = names
-    bundle = Path(bundle_dir) / "autograder" / f"{assignment}.zip"
-    if not bundle.is_file():
-        echo(f"no autograder bundle {bundle}: making it first")
-        make_student(Path(bundle_dir), [assignment])
-    points = questions(bundle)
-    logs = folder / "grading-logs"
-    logs.mkdir(exist_ok=True)
-    total = sum(points.values())
-    echo(f"grading {len(submissions)} submissions of {assignment!r} ({total:g} points)")
-    grades: dict[str, Grade] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {
-            pool.submit(
-                grade_one,
-                sub,
-                bundle,
-                timeout=timeout,
-                cell_timeout=cell_timeout,
-                log=logs / f"{sub.stem}.txt",
-            ): sub
-            for sub in submissions
-        }
-        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            grade = future.result()
-            grades[grade.submission] = grade
-            score = sum(grade.scores.get(q, 0.0) for q in points)
-            echo(
-                f"[{done}/{len(submissions)}] {grade.submission}: {score:g} / "
-                f"{sum(points.values()):g} ({grade.status}, {grade.seconds:.0f} s)"
-            )
-    table = folder / "grades.csv"
-    with open(table, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", *points, "score", "possible"])
-        for sub in submissions:
-            scores = [grades[sub.name].scores.get(q, 0.0) for q in points]
-            writer.writerow(
-                [sub.name, *map(_num, scores), _num(sum(scores)), _num(sum(points.values()))]
-            )
-    echo(f"wrote {table}")
-    return table
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
+def parse_bytes(text: str) -> int:
+    """``4G``, ``512M``, ``2000000`` -> bytes."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", text.strip(), re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"a size such as 4G or 512M, not {text!r}")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** " KMGT".index(unit.upper() or " "))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     student = commands.add_parser("student", help="student notebooks and autograder bundles")
     student.add_argument("names", nargs="*", help="assignments to make (default: all)")
     student.add_argument("--out", type=Path, default=BUNDLE)
+    student.add_argument("--students", type=Path, help="a roster: one student id a line")
+    student.add_argument("--force", action="store_true", help="rebuild even if unchanged")
     grade = commands.add_parser("grade", help="grade every .ipynb in a folder")
     grade.add_argument("folder", type=Path)
     grade.add_argument("--bundle", type=Path, default=BUNDLE, help="what `student` wrote")
@@ -367,19 +271,39 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--timeout", type=float, default=300.0, help="seconds per submission")
     grade.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
     grade.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
+    grade.add_argument("--memory", type=parse_bytes, default="4G", help="per submission")
+    grade.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="run submissions without a sandbox (only where bubblewrap cannot run; unsafe)",
+    )
     args = parser.parse_args(argv)
     if args.command == "student":
-        for path in make_student(args.out, args.names):
+        roster = read_roster(args.students) if args.students else None
+        for path in make_student(args.out, args.names, students=roster, force=args.force):
             print(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
-    else:
-        grade_folder(
+        return 0
+    secret = course_secret()
+    settings = grading.Settings(
+        timeout=args.timeout,
+        cell_timeout=args.cell_timeout,
+        memory=args.memory,
+        jobs=args.jobs,
+        secret=secret,
+        unsandboxed=args.unsandboxed,
+    )
+    if args.unsandboxed:
+        print("WARNING: grading without a sandbox: the submissions' code runs with your rights")
+    try:
+        grading.grade_folder(
             args.folder,
-            bundle_dir=args.bundle,
             assignment=args.assignment,
-            timeout=args.timeout,
-            cell_timeout=args.cell_timeout,
-            jobs=args.jobs,
+            settings=settings,
+            before=lambda name: check_bundle(name, args.bundle, secret),
         )
+    except (ValueError, grading.sandbox.SandboxUnavailable) as error:
+        print(f"grade: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -355,6 +355,7 @@ class Run:
 
     results: dict[tuple[int, str], dict] = field(default_factory=dict)
     cells: list[dict] = field(default_factory=list)
+    running: int | None = None  # the cell that started last
     finished: bool = False
     output: str = ""
     status: str = "graded"
@@ -388,6 +389,8 @@ def _parse_results(stdout: bytes, run: Run) -> None:
             continue
         if "cell" in record and "status" in record:
             run.cells.append(record)
+        elif isinstance(record.get("running"), int) and not run.results:
+            run.running = record["running"]
         elif "key" in record and "values" in record:
             run.results[(record.get("variant", 0), str(record["key"]))] = record
         elif record.get("done") is True:
@@ -430,6 +433,22 @@ def execute(cells, variants, settings: Settings, slot: int) -> Run:
     elif not run.finished:
         run.status = f"stopped early (exit code {result.returncode})"
     return run
+
+
+_REFERENCES: dict[str, Run] = {}
+
+
+def reference_run(cells, variants, settings: Settings, slot: int) -> Run:
+    """The reference solution's run: sandboxed like a submission, remembered for this process
+    (the same source, inputs and parameters give the same numbers)."""
+    key = json.dumps([cells, variants, settings.cell_timeout, HARNESS.read_text(encoding="utf-8")])
+    key = hashlib.sha256(key.encode()).hexdigest()
+    if key not in _REFERENCES:
+        run = execute(cells, variants, settings, slot)
+        if not run.finished:
+            return run
+        _REFERENCES[key] = run
+    return _REFERENCES[key]
 
 
 def _variant(assignment: Assignment, tests: list[tuple[Test, list[Probe]]], parameters) -> dict:
@@ -743,7 +762,7 @@ def grade_folder(
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
         reference_job = pool.submit(
             slots.run,
-            execute,
+            reference_run,
             spec.solution_cells,
             [_variant(spec, tests, p) for p in parameter_sets],
             settings,
@@ -833,7 +852,13 @@ def _write_grades(folder: Path, spec: Assignment, submissions, grades) -> Path:
 def _feedback_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> str:
     lines = [f"Feedback on {_safe_name(grade.submission)} ({spec.name})", ""]
     if grade.status != "graded":
-        lines += [f"Grading: {grade.status}.", ""]
+        lines.append(f"Grading: {grade.status}.")
+        run = grade.run
+        if run is not None and not run.finished and run.running is not None:
+            where = labels.get(run.running, "")
+            where = f", {where}" if where else ""
+            lines.append(f"It was stopped while running cell {run.running}{where}.")
+        lines.append("")
     if grade.run is not None and grade.run.cells:
         lines.append("Cells of your notebook that failed while it was graded:")
         for cell in grade.run.cells[:20]:
@@ -866,17 +891,15 @@ def _feedback_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> st
     return "\n".join(lines) + "\n"
 
 
-def _log_text(spec: Assignment, grade: Grade) -> str:
-    lines = [_feedback_text(spec, grade, {}), "--- for the instructor ---"]
+def _log_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> str:
+    lines = [_feedback_text(spec, grade, labels), "--- for the instructor ---"]
     for verdict in grade.verdicts:
         if not verdict.passed:
             lines.append(f"{verdict.test.key}: {readable(verdict.reason, 400)}")
     if grade.run is not None:
         lines += [f"sandbox: {grade.run.seconds:.1f} s; {'; '.join(grade.run.notes)}"]
-        lines += [
-            "--- the notebook's own output (control characters removed) ---",
-            grade.run.output,
-        ]
+        output = "\n".join(f"| {line}" for line in grade.run.output.splitlines())
+        lines += ["--- the notebook's own output (control characters removed) ---", output]
     return "\n".join(lines) + "\n"
 
 
@@ -890,7 +913,7 @@ def _write_feedback(folder: Path, spec: Assignment, submissions, grades, labels)
         _atomic_write(
             feedback / f"{stem}.txt", _feedback_text(spec, grade, labels.get(s.path.name, {}))
         )
-        _atomic_write(logs / f"{stem}.txt", _log_text(spec, grade))
+        _atomic_write(logs / f"{stem}.txt", _log_text(spec, grade, labels.get(s.path.name, {})))
 
 
 def _write_written(folder: Path, spec: Assignment, submissions, grades) -> None:

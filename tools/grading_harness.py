@@ -22,11 +22,13 @@ A probe is ``{"call": name, "args": [...], "kwargs": {...}}`` or ``{"value": nam
 JSON, with arrays as ``{"$array": nested lists, "dtype": "float64", "kind": "numpy" | "torch"}``
 and tuples as ``{"$tuple": [...]}``.
 
-Result lines: ``{"cell": index, "status": "error" | "timeout", "error": text}`` for each cell
-that failed, then per test ``{"variant": k, "key": ..., "values": [...], "errors": [...]}``, and
-``{"done": true}`` at the end. A *forbidden* name (``"lib.ssm.impulse_response"``, or
-``"torch.autograd"`` for automatic differentiation in all its public forms) raises while that
-test's probes run, under whatever name the notebook imported it (the function's code is swapped).
+Result lines: ``{"running": index}`` as each cell starts, ``{"cell": index, "status": "error" |
+"timeout", "error": text}`` for each cell that failed, then per test ``{"variant": k, "key": ...,
+"values": [...], "errors": [...]}``, and ``{"done": true}`` at the end.
+
+A *forbidden* name (``"lib.ssm.impulse_response"``, or ``"torch.autograd"`` for automatic
+differentiation in all its public forms) raises while that test's probes run, under whatever name
+the notebook imported it (the function's code is swapped).
 """
 
 from __future__ import annotations
@@ -214,6 +216,7 @@ def run_cells(shell, cells, timeout: float, parameters, emit) -> None:
     """Run the code cells; report each that raised or timed out; set the parameters."""
     signal.signal(signal.SIGALRM, _ring)
     for index, source in cells:
+        emit({"running": index})
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             outcome = shell.run_cell(source, store_history=False, silent=False)

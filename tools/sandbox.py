@@ -150,6 +150,20 @@ def python_mounts() -> list[Path]:
     return sorted(folders)
 
 
+def _wait_unreaped(pid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for the child ``pid`` to end, without reaping it; True if it did."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def _kill(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -188,12 +202,10 @@ def _communicate(process: subprocess.Popen, stdin: bytes, wall_seconds: float) -
     ]
     for thread in threads:
         thread.start()
-    timed_out = False
-    try:
-        process.wait(timeout=wall_seconds)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    _kill(process)  # the whole process group, finished or not (bwrap takes its namespace along)
+    timed_out = not _wait_unreaped(process.pid, wall_seconds)
+    # The process has ended (or is late) but is not reaped yet, so its id, which is also its
+    # group's, cannot have been given to another process: killing the group hits only ours.
+    _kill(process)
     process.wait()
     for thread in threads[:2]:
         thread.join(timeout=10)

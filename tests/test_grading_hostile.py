@@ -1,0 +1,258 @@
+"""Hostile submissions (tests/hostile/) graded as an instructor would: none of them gets more
+than its honest work deserves, none changes a file outside its sandbox, grades.csv stays as the
+grader wrote it, and no process or temporary folder of a sandbox survives.
+
+Also: what a sandbox can see and do (tools/sandbox.py), and that grading refuses to run
+unsandboxed unless told to. One folder of 13 submissions of the gradient-flow assignment, graded
+two at a time: about a minute and a half on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = Path(__file__).resolve().parent / "hostile"
+pytestmark = pytest.mark.not_numerics
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+assignments = _load("assignments")
+grading = sys.modules["grading"]
+sandbox = sys.modules["sandbox"]
+
+ASSIGNMENT = "gradient-flow"
+SECRET = "hostile-test-secret"
+
+
+def hostile_cases() -> list[dict]:
+    """Each file of tests/hostile/: its cells and what it should score (see the README there)."""
+    cases = []
+    for path in sorted(HOSTILE.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        header = dict(re.findall(r"^(base|where|expect): (.+)$", text, re.M))
+        cells = [c.strip() for c in text.split("# %%")[1:]]
+        cases.append({"name": path.stem, **header, "cells": cells})
+    return cases
+
+
+def build(case: dict, bundle: Path, folder: Path, canary: Path) -> Path:
+    source = (
+        bundle / "autograder" / f"{ASSIGNMENT}.ipynb"
+        if case["base"] == "solution"
+        else bundle / f"{ASSIGNMENT}.ipynb"
+    )
+    nb = nbformat.read(source, as_version=4)
+    cells = [
+        nbformat.v4.new_code_cell(
+            c.replace("{SUBMISSIONS}", str(folder)).replace("{CANARY}", str(canary))
+        )
+        for c in case["cells"]
+    ]
+    if case["where"] == "start":
+        nb.cells[1:1] = cells
+    else:
+        nb.cells += cells
+    nb.metadata.setdefault("course", {"assignment": ASSIGNMENT})
+    path = folder / f"{case['name']}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def sandbox_processes() -> list[int]:
+    """Processes running as one of the sandboxes' uids (only meaningful as root)."""
+    import psutil
+
+    uids = range(sandbox.UID_BASE, sandbox.UID_BASE + 16)
+    return [
+        p.pid
+        for p in psutil.process_iter(["uids"])
+        if p.info["uids"] is not None and p.info["uids"].real in uids
+    ]
+
+
+def stage_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("sandbox-stage-*")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    bundle = tmp_path_factory.mktemp("student")
+    assignments.make_student(bundle, [ASSIGNMENT], secret=SECRET)
+    folder = tmp_path_factory.mktemp("submissions")
+    outside = tmp_path_factory.mktemp("outside")
+    canary = outside / "canary.txt"
+    canary.write_text("a file outside every sandbox\n", encoding="utf-8")
+    cases = hostile_cases()
+    for case in cases:
+        build(case, bundle, folder, canary)
+    nbformat.write(
+        nbformat.read(bundle / "autograder" / f"{ASSIGNMENT}.ipynb", as_version=4),
+        folder / "solution.ipynb",
+    )
+    watched = [canary, ROOT / "README.md", ROOT / "book" / "assignments" / f"{ASSIGNMENT}.md"]
+    watched += sorted(folder.glob("*.ipynb")) + sorted(bundle.rglob("*.*"))
+    before = {path: digest(path) for path in watched}
+    stages = stage_folders()
+    messages: list[str] = []
+    start = time.monotonic()
+    grading.grade_folder(
+        folder,
+        settings=grading.Settings(timeout=40, cell_timeout=15, jobs=2, secret=SECRET),
+        echo=messages.append,
+    )
+    seconds = time.monotonic() - start
+    written = digest(folder / "grades.csv")
+    time.sleep(3)  # a detached process would have rewritten grades.csv by now
+    return {
+        "folder": folder,
+        "canary": canary,
+        "cases": cases,
+        "before": before,
+        "messages": messages,
+        "written": written,
+        "stages": stages,
+        "seconds": seconds,
+        "points": assignments.grading.load(ASSIGNMENT).auto,
+    }
+
+
+def test_every_hostile_submission_scores_what_its_honest_work_deserves(graded):
+    import csv
+
+    with open(graded["folder"] / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    points = graded["points"]
+    possible = sum(points.values())
+    assert float(rows["solution.ipynb"]["score"]) == possible
+    for case in graded["cases"]:
+        row = rows[f"{case['name']}.ipynb"]
+        expect = case["expect"]
+        if expect == "0":
+            wanted = dict.fromkeys(points, 0.0)
+        elif expect == "full":
+            wanted = dict(points)
+        else:
+            lost = expect.split()[1]
+            wanted = {**points, lost: 0.0}
+        got = {q: float(row[q]) for q in points}
+        assert got == wanted, (case["name"], got, row["status"])
+        assert float(row["score"]) == sum(wanted.values()), case["name"]
+
+
+def test_no_file_outside_a_sandbox_changes_and_grades_stay_as_written(graded):
+    for path, before in graded["before"].items():
+        assert digest(path) == before, f"{path} changed during grading"
+    assert digest(graded["folder"] / "grades.csv") == graded["written"]
+    assert not Path(str(graded["canary"]) + ".alive").exists()
+    for path in ("/tmp/hostile-wrote-here", "/etc/hostile", graded["folder"] / "new.ipynb"):
+        assert not Path(path).exists(), path
+    assert "pwned" not in (graded["folder"] / "grades.csv").read_text(encoding="utf-8")
+
+
+def test_nothing_survives_the_sandboxes(graded):
+    if os.geteuid() == 0:  # sandboxes run as uids of their own only when we are root
+        assert sandbox_processes() == []
+    assert stage_folders() <= graded["stages"]
+
+
+def test_the_terminal_sees_no_output_of_a_submission(graded):
+    text = "\n".join(graded["messages"])
+    assert "\x1b" not in text and "\r" not in text
+    assert not re.search(r"fake_score\.ipynb: 10 / 10", text)
+    assert re.search(r"fake_score\.ipynb: 0 / 10", text)
+    log = (graded["folder"] / "grading-logs" / "fake_score.txt").read_text(encoding="utf-8")
+    assert "\x1b" not in log and "10 / 10 (graded, 1 s)" in log  # kept for the instructor, inert
+
+
+def test_feedback_and_logs_never_show_the_hidden_tests(graded):
+    secret_parts = ("# GRADING", "def symmetric_invertible", "FLOW_ENGINES", "@hidden")
+    for folder in ("feedback", "grading-logs"):
+        for path in (graded["folder"] / folder).glob("*.txt"):
+            text = path.read_text(encoding="utf-8")
+            for part in secret_parts:
+                assert part not in text, (path.name, part)
+    feedback = (graded["folder"] / "feedback" / "read_hidden_tests.txt").read_text(encoding="utf-8")
+    assert "hidden test full_indefinite_matrices: passed" in feedback
+    assert "the notebook's own output" not in feedback  # only the instructor's log has it
+
+
+def test_forbidden_functions_raise_under_an_alias(graded):
+    log = (graded["folder"] / "grading-logs" / "forbidden_alias.txt").read_text(encoding="utf-8")
+    assert "not allowed in this question: lib.flow.gradient_descent" in log
+    feedback = (graded["folder"] / "feedback" / "forbidden_alias.txt").read_text(encoding="utf-8")
+    assert "public test diagonal: passed" in feedback  # the same answer, where it is allowed
+
+
+def test_memory_and_time_limits_hold(graded):
+    feedback = graded["folder"] / "feedback"
+    memory = (feedback / "memory_8gb.txt").read_text(encoding="utf-8")
+    assert "MemoryError" in memory  # the 8 GB cell failed, the rest of the notebook ran
+    assert "timeout after 40 s" in (feedback / "endless_loop.txt").read_text(encoding="utf-8")
+    assert graded["seconds"] < 240
+
+
+def _probe_sandbox(code: str, limits=None) -> str:
+    result = sandbox.run(
+        [sys.executable, "-I", "-c", code],
+        stdin=b"",
+        mounts=[(p, str(p)) for p in sandbox.python_mounts()],
+        limits=limits or sandbox.Limits(wall_seconds=60),
+    )
+    return result.stdout.decode()
+
+
+def test_a_sandbox_has_no_network_no_repository_and_its_own_limits():
+    code = (
+        "import os, socket, resource\n"
+        "try:\n"
+        "    socket.create_connection(('1.1.1.1', 53), timeout=2); print('network')\n"
+        "except OSError:\n"
+        "    print('no network')\n"
+        f"print('repository' if os.path.exists({str(ROOT / 'book')!r}) else 'no repository')\n"
+        "print('uid', os.getuid())\n"
+        "print('memory', resource.getrlimit(resource.RLIMIT_AS)[0])\n"
+        "print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+    )
+    out = _probe_sandbox(code, sandbox.Limits(wall_seconds=60, memory_bytes=3 * 2**30))
+    assert "no network" in out and "no repository" in out
+    assert f"memory {3 * 2**30}" in out
+    assert re.search(r"pids \[1, 2(, \d+)?\]", out)  # only the sandbox's own processes
+    if os.geteuid() == 0:
+        assert f"uid {sandbox.UID_BASE}" in out
+
+
+def test_grading_refuses_to_run_unsandboxed_unless_told(tmp_path, monkeypatch):
+    def unavailable(install=True):
+        raise sandbox.SandboxUnavailable("no user namespaces here")
+
+    monkeypatch.setattr(sandbox, "check", unavailable)
+    (tmp_path / "a.ipynb").write_text("{}", encoding="utf-8")
+    with pytest.raises(sandbox.SandboxUnavailable):
+        grading.grade_folder(
+            tmp_path,
+            assignment=ASSIGNMENT,
+            settings=grading.Settings(secret=SECRET),
+            echo=lambda *_: None,
+        )
