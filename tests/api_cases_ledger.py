@@ -67,7 +67,7 @@ def cases() -> list[Case]:
     seeds = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
     return [
         Case(
-            "ledger.record.spread",
+            "ledger.record",
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
              P("paper_value", 0.2, "float"), P("ours", seeds, "tensor"),
