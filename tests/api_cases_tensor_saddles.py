@@ -722,6 +722,16 @@ def saddles_cases() -> list[Case]:
             ],
             examples=6,
         ),
+        Case(
+            "saddles.EscapeSearch",
+            saddles.EscapeSearch,
+            [
+                P("speeds", torch.from_numpy(search.speeds), "tensor"),
+                P("weights", search.weights, "seq"),
+                P("history", torch.from_numpy(search.history[-3:]), "tensor"),
+                P("seeds", [0, 1], "seq"),
+            ],
+        ),
         Case("saddles.EscapeSearch.direction", search.direction, [P("index", 1, "int")]),
         Case(
             "saddles.restart_seeds",
