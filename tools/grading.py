@@ -46,7 +46,6 @@ import io
 import json
 import math
 import os
-import queue
 import re
 import sys
 import tempfile
@@ -411,7 +410,7 @@ def _mounts() -> list[tuple[Path, str]]:
     return mounts
 
 
-def execute(cells, variants, settings: Settings, slot: int) -> Run:
+def execute(cells, variants, settings: Settings) -> Run:
     """Run code ``cells`` with the harness in a sandbox; ``variants`` as in the harness's job."""
     job = json.dumps({"cells": cells, "cell_timeout": settings.cell_timeout, "variants": variants})
     limits = sandbox.Limits(
@@ -424,7 +423,7 @@ def execute(cells, variants, settings: Settings, slot: int) -> Run:
         argv[-1] = str(HARNESS)
         result = sandbox.run_unsandboxed(argv, stdin=job.encode(), limits=limits)
     else:
-        result = sandbox.run(argv, stdin=job.encode(), mounts=_mounts(), limits=limits, slot=slot)
+        result = sandbox.run(argv, stdin=job.encode(), mounts=_mounts(), limits=limits)
     run = Run(seconds=result.seconds, notes=result.notes)
     _parse_results(result.stdout, run)
     run.output = readable(result.stderr.decode("utf-8", "replace"))
@@ -438,13 +437,13 @@ def execute(cells, variants, settings: Settings, slot: int) -> Run:
 _REFERENCES: dict[str, Run] = {}
 
 
-def reference_run(cells, variants, settings: Settings, slot: int) -> Run:
+def reference_run(cells, variants, settings: Settings) -> Run:
     """The reference solution's run: sandboxed like a submission, remembered for this process
     (the same source, inputs and parameters give the same numbers)."""
     key = json.dumps([cells, variants, settings.cell_timeout, HARNESS.read_text(encoding="utf-8")])
     key = hashlib.sha256(key.encode()).hexdigest()
     if key not in _REFERENCES:
-        run = execute(cells, variants, settings, slot)
+        run = execute(cells, variants, settings)
         if not run.finished:
             return run
         _REFERENCES[key] = run
@@ -690,22 +689,6 @@ def _tests_for(assignment: Assignment, secret: str) -> list[tuple[Test, list[Pro
     ]
 
 
-class Slots:
-    """Sandbox slots (each a uid of its own when we are root), one per concurrent job."""
-
-    def __init__(self, count: int):
-        self.free: queue.Queue[int] = queue.Queue()
-        for slot in range(count):
-            self.free.put(slot)
-
-    def run(self, function, *args):
-        slot = self.free.get()
-        try:
-            return function(*args, slot)
-        finally:
-            self.free.put(slot)
-
-
 def _safe_name(name: str) -> str:
     name = readable(name, 200).replace("\n", " ").replace("\t", " ")
     return "'" + name if name and name[0] in "=+-@" else name  # no spreadsheet formulas
@@ -757,11 +740,9 @@ def grade_folder(
     echo(
         f"grading {len(paths)} submissions of {name!r} ({total:g} points), {settings.jobs} at once"
     )
-    slots = Slots(max(1, settings.jobs))
     grades: dict[str, Grade] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
         reference_job = pool.submit(
-            slots.run,
             reference_run,
             spec.solution_cells,
             [_variant(spec, tests, p) for p in parameter_sets],
@@ -773,7 +754,7 @@ def grade_folder(
                 continue
             parameters = parameter_sets[student_variant[s.path.name]]
             variant = _variant(spec, tests, parameters)
-            jobs[pool.submit(slots.run, execute, s.cells(), [variant], settings)] = s
+            jobs[pool.submit(execute, s.cells(), [variant], settings)] = s
         reference = reference_job.result()
         if not reference.finished:
             raise RuntimeError(

@@ -27,6 +27,7 @@ raises :class:`SandboxUnavailable` and the grader refuses to grade unless told t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -39,7 +40,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-UID_BASE = 2_000_000  # sandbox uids when we are root: UID_BASE + slot (no account needs them)
+UID_BASE = 2_000_000  # sandbox uids when we are root: UID_BASE + k, k < UID_RANGE, leased
+UID_RANGE = 1_000_000  # (no account needs these uids: nothing on disk belongs to them)
+USED_UIDS: set[int] = set()  # the uids this process's sandboxes ran as
 STDOUT_CAP = 64 * 2**20  # bytes of the result stream kept
 STDERR_CAP = 256 * 2**10  # bytes of the submission's own output kept (head), for the log
 
@@ -231,16 +234,16 @@ def command(
     mounts: list[tuple[Path, str]],
     limits: Limits,
     *,
-    slot: int = 0,
+    uid: int | None = None,
     env: dict[str, str] | None = None,
     staging: Path | None = None,
 ) -> tuple[list[str], int | None]:
     """The full command line of a sandbox running ``argv``, and the uid it runs as (or None).
 
-    ``mounts`` are (host path, sandbox path) pairs, bound read-only.
+    ``mounts`` are (host path, sandbox path) pairs, bound read-only; ``uid`` is the uid to run
+    as (None: ours).
     """
     bwrap = check()
-    uid = UID_BASE + slot if is_root() else None
     staged: list[tuple[str, str]] = []
     binds: list[str] = []
     for host, inside in mounts:
@@ -310,7 +313,6 @@ def run(
     stdin: bytes,
     mounts: list[tuple[Path, str]],
     limits: Limits,
-    slot: int = 0,
     env: dict[str, str] | None = None,
 ) -> Result:
     """Run ``argv`` in a fresh sandbox, feed it ``stdin``, and return what it wrote.
@@ -318,10 +320,10 @@ def run(
     Whatever happens, when this returns the sandbox's processes are gone (the PID namespace dies
     with ``bwrap``, which is killed after ``limits.wall_seconds``) and its temporary files with it.
     """
-    with tempfile.TemporaryDirectory(prefix="sandbox-stage-") as stage_dir:
+    with _uid_lease() as uid, tempfile.TemporaryDirectory(prefix="sandbox-stage-") as stage_dir:
         staging = Path(stage_dir)
         staging.chmod(0o755)
-        line, uid = command(argv, mounts, limits, slot=slot, env=env, staging=staging)
+        line, uid = command(argv, mounts, limits, uid=uid, env=env, staging=staging)
         process = subprocess.Popen(
             line,
             stdin=subprocess.PIPE,
@@ -333,6 +335,43 @@ def run(
         if uid is not None:
             _reap(uid, result)
     return result
+
+
+@contextlib.contextmanager
+def _uid_lease():
+    """A uid no other sandbox uses (None unless we are root), held while the sandbox runs.
+
+    A lock file per uid (``flock``, released when this process ends, however it ends) keeps two
+    graders running at once from sharing a uid, and so from counting or killing each other's
+    processes; a uid that still has processes is skipped.
+    """
+    if not is_root():
+        yield None
+        return
+    import fcntl
+    import random
+
+    folder = Path(tempfile.gettempdir()) / "sandbox-uid-leases"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for _ in range(1000):
+        uid = UID_BASE + random.randrange(UID_RANGE)
+        handle = open(folder / f"{uid}.lock", "w")  # noqa: SIM115  (held across the yield)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        if _leftover(uid):
+            handle.close()
+            continue
+        try:
+            USED_UIDS.add(uid)
+            yield uid
+        finally:
+            handle.close()
+            (folder / f"{uid}.lock").unlink(missing_ok=True)
+        return
+    raise SandboxUnavailable("no free sandbox uid (1000 tries)")
 
 
 def _reap(uid: int, result: Result) -> None:
