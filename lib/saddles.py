@@ -120,16 +120,21 @@ def _binary_scale(values: torch.Tensor) -> float:
     """1, or the power of two c that brings max|values| to [½, 1) when it lies outside
     [2^−100, 2^100]. Scaling by a power of two is exact: homogeneous quantities computed on the
     scaled values and scaled back are the same numbers, without overflow or underflow."""
-    largest = float(values.abs().max()) if values.numel() else 0.0
+    largest = float(values.detach().abs().max()) if values.numel() else 0.0
     if largest == 0.0 or 1 / _SAFE <= largest <= _SAFE:
         return 1.0
     return math.ldexp(1.0, -math.frexp(largest)[1])
 
 
+def _numpy(values: torch.Tensor) -> np.ndarray:
+    """The float64 array of a tensor (detached: an input may require grad)."""
+    return values.detach().numpy()
+
+
 def _norm(values: torch.Tensor) -> float:
     """The Frobenius norm, without overflow or underflow in the sum of squares."""
     c = _binary_scale(values)
-    return float(torch.linalg.norm(values * c)) / c
+    return float(torch.linalg.norm(values.detach() * c)) / c
 
 
 def _as_data(X, G) -> tuple[torch.Tensor, torch.Tensor]:
@@ -297,7 +302,7 @@ def _scaled_data(X: torch.Tensor, G: torch.Tensor) -> tuple[torch.Tensor, torch.
     """(c_X X, c_G G, 1/(c_X c_G)) with exact power-of-two scales (:func:`_binary_scale`): for the
     quantities here, of degree 1 in X and in G, value(X, G) = value(c_X X, c_G G) / (c_X c_G)."""
     cx, cg = _binary_scale(X), _binary_scale(G)
-    return X * cx, G * cg, 1.0 / (cx * cg)
+    return X.detach() * cx, G.detach() * cg, 1.0 / (cx * cg)  # numbers, not a graph
 
 
 def _one_neuron_value(X: np.ndarray, G: np.ndarray, directions: np.ndarray) -> np.ndarray:
@@ -369,7 +374,7 @@ def rank1_speed_profile(X, G, angles) -> np.ndarray:
     X, G = _as_data(X, G)
     if X.shape[1] != 2:
         raise ValueError(f"the angle profile needs d_in = 2, got d_in = {X.shape[1]}")
-    angles = as_tensor(angles, "angles", ndim=1, nonempty=True).numpy()
+    angles = as_tensor(angles, "angles", ndim=1, nonempty=True).detach().numpy()
     directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
     Xs, Gs, factor = _scaled_data(X, G)
     profile = _one_neuron_value(Xs.numpy(), Gs.numpy(), directions) * factor
@@ -471,8 +476,8 @@ class EscapeSearch:
         """Check the fields (one entry per seed throughout) and store them as numpy/torch."""
         seeds = tuple(as_seeds(self.seeds))
         runs = len(seeds)
-        speeds = as_tensor(self.speeds, "speeds", shape=(runs,)).numpy()
-        history = as_tensor(self.history, "history", shape=(None, runs), nonempty=True).numpy()
+        speeds = _numpy(as_tensor(self.speeds, "speeds", shape=(runs,)))
+        history = _numpy(as_tensor(self.history, "history", shape=(None, runs), nonempty=True))
         weights = _as_weights(self.weights)
         if any(w.ndim != 3 or w.shape[0] != runs for w in weights):
             raise ValueError(
@@ -579,7 +584,7 @@ def localized_gradient(weights: Sequence[torch.Tensor], X, G):
         )
     with np.errstate(over="ignore", invalid="ignore"):
         value, grads = _localized_loss_and_gradient(
-            [w.detach().numpy()[None] for w in weights], X.numpy(), G.numpy()
+            [_numpy(w)[None] for w in weights], _numpy(X), _numpy(G)
         )
     for part in (value, *grads):
         _finite(part, "L0 or its gradient (weights or data too large)")
@@ -607,9 +612,9 @@ def localized_descent(
     lr = as_positive_float(lr, "lr")
     steps, record_every = _schedule(steps, record_every, sum(w.numel() for w in weights))
     widths = [X.shape[1]] + [w.shape[0] for w in weights]
-    theta0 = np.concatenate([w.detach().numpy().ravel() for w in weights])
+    theta0 = np.concatenate([_numpy(w).ravel() for w in weights])
     result = fast_relu.schedule_descent(
-        theta0, widths, X.numpy(), G.numpy(), cost="localized", eta0=lr, power=0.0, steps=steps,
+        theta0, widths, _numpy(X), _numpy(G), cost="localized", eta0=lr, power=0.0, steps=steps,
         record_every=record_every,
     )  # fmt: skip
     return _trajectory(widths, *result)
@@ -667,7 +672,7 @@ def escape_search(
     radius = math.sqrt(depth)
     weights = _onto_sphere(weights, radius)
     angles = np.geomspace(lr_first, lr_last, steps)
-    x, g = X.numpy(), G.numpy()
+    x, g = _numpy(X), _numpy(G)
     if engine == "compiled":
         flat = np.concatenate([w.reshape(len(seeds), -1) for w in weights], axis=1)
         history, flat = fast_relu.sphere_descent(flat, widths, x, g, angles, radius)
@@ -796,7 +801,7 @@ def radius_along_escape(
     :class:`~lib._checks.NumericalFailure`. Computed as R₀ (1 − (L−2) L s_u R₀^{L−2} t)^{−1/(L−2)},
     which has no intermediate overflow for tiny R₀.
     """
-    times = as_tensor(times, "times", ndim=1, nonempty=True).numpy()
+    times = as_tensor(times, "times", ndim=1, nonempty=True).detach().numpy()
     if np.any(times < 0):
         raise ValueError(f"times must be >= 0, got min {times.min():g}")
     radius0 = np.float64(as_positive_float(radius0, "radius0"))
@@ -834,7 +839,7 @@ def stable_rank(A) -> float:
 def _stable_rank(A: torch.Tensor) -> float:
     """srank of a nonzero matrix. It is scale-free: an exact power-of-two rescaling first keeps
     ‖A‖² normal for entries of 1e-200 or 1e200 (and changes nothing for ordinary ones)."""
-    A = A * _binary_scale(A)
+    A = A.detach() * _binary_scale(A)
     return float(torch.linalg.norm(A) ** 2 / torch.linalg.matrix_norm(A, ord=2) ** 2)
 
 
@@ -862,14 +867,14 @@ def layer_statistics(weights: Sequence[torch.Tensor], X) -> dict[str, np.ndarray
     activations rescaled by powers of two, so tiny or huge (finite) activations are measured too;
     activations beyond float64 raise :class:`~lib._checks.NumericalFailure`.
     """
-    X = _as_matrix(X, "X")
-    weights = _as_weights(weights, d_in=X.shape[1], single=True)
+    X = _as_matrix(X, "X").detach()  # measurements only: no graph
+    weights = [w.detach() for w in _as_weights(weights, d_in=X.shape[1], single=True)]
     tails, tail_z, nonlin, logs, svals = [], [], [], [], []
     hidden = X
     logs.append(math.log(_stable_rank(X)))
     for index, w in enumerate(weights):
         tails.append(_tail_mass(w) if bool(w.abs().sum() > 0) else np.nan)
-        svals.append(torch.linalg.svdvals(w).numpy())
+        svals.append(torch.linalg.svdvals(w.detach()).numpy())
         z = _finite(hidden @ w.T, f"the pre-activations Z_{index + 1} (beyond float64)")
         if index == len(weights) - 1:
             break
@@ -918,7 +923,7 @@ def theorem31_bound(X, G, speed: float, layer) -> np.ndarray:
     ℓ > (9c)², roughly.
     """
     c = theorem31_constant(X, G, speed)
-    layer = np.atleast_1d(as_tensor(layer, "layer", nonempty=True).numpy())
+    layer = np.atleast_1d(as_tensor(layer, "layer", nonempty=True).detach().numpy())
     if layer.ndim > 1 or np.any(layer < 1) or np.any(layer != np.round(layer)):
         raise ValueError(
             f"layer must be a layer index or a list of them (integers >= 1), got {layer!r:.60}"
@@ -970,8 +975,8 @@ def deepen(weights: Sequence[torch.Tensor], X, G, extra: int) -> list[torch.Tens
     The result is rescaled onto the sphere ‖θ‖² = L + extra. If θ is on its sphere ‖θ‖² = L with
     L₀(θ) < 0, then L₀(θ̃) ≤ L₀(θ).
     """
-    X, G = _as_data(X, G)
-    weights = _as_weights(weights, d_in=X.shape[1], single=True)
+    X, G = (v.detach() for v in _as_data(X, G))  # a construction: no graph
+    weights = [w.detach() for w in _as_weights(weights, d_in=X.shape[1], single=True)]
     if len(weights) < 2 or weights[-1].shape[0] != G.shape[1]:
         raise ValueError("deepen needs a network of depth >= 2 whose output width is G's d_out")
     extra = as_int(extra, "extra", minimum=1, maximum=MAX_DEPTH - len(weights))
@@ -1061,7 +1066,7 @@ def saddle_to_saddle_run(
     init = gaussian_weights(widths, init_scale, np.random.RandomState(seed))
     names = [f"W{i + 1}" for i in range(depth)]
 
-    x = X.numpy()
+    x = _numpy(X)
     onehot = np.eye(widths[-1])[labels.numpy()]
     if engine == "compiled":
         return _compiled_run(init, widths, x, onehot, eta0, steps, record_every)
@@ -1120,7 +1125,7 @@ def find_plateaus(losses, *, window: int, tolerance: float) -> list[tuple[int, i
     ``tolerance``; flat windows that overlap or touch merge into one plateau. Returns a list of
     ``(first, last, median loss)`` with record indices (inclusive), in order.
     """
-    losses = as_tensor(losses, "losses", ndim=1, nonempty=True).numpy()
+    losses = as_tensor(losses, "losses", ndim=1, nonempty=True).detach().numpy()
     window = as_int(window, "window", minimum=2)
     tolerance = as_positive_float(tolerance, "tolerance")
     if len(losses) < window:

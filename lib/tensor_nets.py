@@ -66,12 +66,12 @@ MAX_ENTRIES = 10**8
 def _array(value, name: str, ndim: int) -> np.ndarray:
     """A finite float64 numpy array with ``ndim`` dimensions and at least one entry (lists,
     numpy or float64 torch)."""
-    return as_tensor(value, name, ndim=ndim, nonempty=True).numpy().astype(np.float64, copy=True)
+    return as_tensor(value, name, ndim=ndim, nonempty=True).detach().numpy().copy()
 
 
 def _values(value, name: str) -> np.ndarray:
     """A non-empty finite float64 array of any shape (a number gives a 0-d array)."""
-    return as_tensor(value, name, nonempty=True).numpy()
+    return as_tensor(value, name, nonempty=True).detach().numpy()
 
 
 def _depth(depth) -> int:
@@ -443,7 +443,7 @@ def diagonal_net_path(X, nu, *, alpha: float, depth: int, w_bar) -> np.ndarray:
     depth = _depth(depth)
     w = np.abs(_weights(w_bar, X.shape[1], "w_bar"))
     _scale_factors(alpha, w, depth)
-    nu = as_tensor(nu, "nu", min_ndim=1, nonempty=True).numpy()
+    nu = as_tensor(nu, "nu", min_ndim=1, nonempty=True).detach().numpy()
     if nu.ndim > 2 or nu.shape[-1] != X.shape[0]:
         raise ValueError(f"nu must have shape (n,) or (T, n) with n = {X.shape[0]}, got {nu.shape}")
     with np.errstate(over="ignore", invalid="ignore"):
@@ -905,7 +905,7 @@ class _TwoLayerProblem:
 
     def _first_layer(self, v1_bar, d: int) -> np.ndarray:
         """v̄_1 as a vector: for fc, vec(W̄_1) (column-major) of a d × k matrix, or that vector."""
-        v1 = as_tensor(v1_bar, "v1_bar", nonempty=True).numpy()
+        v1 = as_tensor(v1_bar, "v1_bar", nonempty=True).detach().numpy()
         if self.architecture == "fc" and v1.shape == (d, self.hidden):
             return v1.reshape(-1, order="F").astype(np.float64)  # vec(W̄_1), column-major
         expected = d * self.hidden if self.architecture == "fc" else d
@@ -999,7 +999,7 @@ def curve_distance(architecture: str, x, betas, *, alpha: float, v1_bar, v2_bar)
     curve ν ↦ β(ν), at the ν fixed by the output: α² g(ν) = xᵀβ determines ν uniquely, so β(t) is
     on the curve iff β(t) = β(ν). Returns shape (T,)."""
     problem = _TwoLayerProblem(architecture, x, alpha, v1_bar, v2_bar)
-    betas = as_tensor(betas, "betas", min_ndim=1, nonempty=True).numpy()
+    betas = as_tensor(betas, "betas", min_ndim=1, nonempty=True).detach().numpy()
     d = len(problem.x)
     if betas.ndim > 2 or betas.shape[-1] != d:
         raise ValueError(f"betas must have shape (d,) or (T, d) with d = {d}, got {betas.shape}")
@@ -1116,7 +1116,7 @@ def figure1_batch(architecture: str, alphas, z_bars, *, x=None, y=None) -> RunBa
 def angle_degrees(betas, direction) -> np.ndarray:
     """The angle, in degrees, between each β (the rows of ``betas``, any leading shape (..., d))
     and the vector ``direction`` of length d. Neither may be zero (its angle is undefined)."""
-    betas = as_tensor(betas, "betas", min_ndim=1, nonempty=True).numpy()
+    betas = as_tensor(betas, "betas", min_ndim=1, nonempty=True).detach().numpy()
     u = _array(direction, "direction", 1)
     if betas.shape[-1:] != u.shape:
         raise ValueError(

@@ -362,3 +362,17 @@ def test_escape_search_result_checks_its_fields(circle):
         saddles.EscapeSearch(search.speeds[:1], search.weights, search.history, search.seeds)
     with pytest.raises(ValueError, match="S = 1 runs"):
         saddles.EscapeSearch(search.speeds[:1], search.weights, search.history[:, :1], (0,))
+
+
+def test_inputs_that_require_grad_are_numbers_too(circle):
+    X, G = (v.clone().requires_grad_(True) for v in circle)
+    rho = [w.clone().requires_grad_(True) for w in saddles.example1_rank2_weights()]
+    # the same float64 numbers through the same code: equal answers
+    assert saddles.rank1_escape_speed(X, G) == saddles.rank1_escape_speed(*circle)
+    assert saddles.lipschitz_speed_bound(X, G) == saddles.lipschitz_speed_bound(*circle)
+    stats = saddles.layer_statistics(rho, X)
+    np.testing.assert_array_equal(
+        stats["tail_weights"], saddles.layer_statistics(saddles.example1_rank2_weights(),
+                                                        circle[0])["tail_weights"]
+    )  # fmt: skip
+    assert saddles.speed_of(rho, X, G).requires_grad  # still differentiable

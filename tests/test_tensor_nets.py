@@ -511,3 +511,11 @@ def test_results_beyond_float64_raise():
         tn.h_L(400.0, 2)
     with pytest.raises(ValueError, match="too large for a squared loss"):
         tn.diagonal_gradient(np.array([[1e300, 1.0]]), [1.0])
+
+
+def test_inputs_that_require_grad_are_numbers_too():
+    t = torch.tensor([0.1, -0.2], dtype=DT, requires_grad=True)
+    np.testing.assert_array_equal(tn.h_L(t, 3), tn.h_L(t.detach().numpy(), 3))
+    np.testing.assert_array_equal(
+        tn.angle_degrees(t, [1.0, 0.0]), tn.angle_degrees([0.1, -0.2], [1.0, 0.0])
+    )
