@@ -119,7 +119,7 @@ def graded(tmp_path_factory):
     start = time.monotonic()
     grading.grade_folder(
         folder,
-        settings=grading.Settings(timeout=40, cell_timeout=15, jobs=2, secret=SECRET),
+        settings=grading.Settings(timeout=30, cell_timeout=10, jobs=2, secret=SECRET),
         echo=messages.append,
     )
     seconds = time.monotonic() - start
@@ -209,7 +209,7 @@ def test_memory_and_time_limits_hold(graded):
     feedback = graded["folder"] / "feedback"
     memory = (feedback / "memory_8gb.txt").read_text(encoding="utf-8")
     assert "MemoryError" in memory  # the 8 GB cell failed, the rest of the notebook ran
-    assert "timeout after 40 s" in (feedback / "endless_loop.txt").read_text(encoding="utf-8")
+    assert "timeout after 30 s" in (feedback / "endless_loop.txt").read_text(encoding="utf-8")
     assert graded["seconds"] < 240
 
 
