@@ -121,6 +121,18 @@ def check(install: bool = True) -> str:
     return bwrap
 
 
+def missing() -> str | None:
+    """Why sandboxes cannot run here, or None when they can (or when we are root: then a missing
+    bubblewrap is installed, and a failure is an error, not a reason). For test suites to skip."""
+    if is_root():
+        return None
+    try:
+        check()
+    except SandboxUnavailable as error:
+        return str(error)
+    return None
+
+
 def _system_mounts() -> list[str]:
     """``/usr`` read-only, and ``/bin``, ``/lib``... as on the host (symlinks or binds)."""
     args = ["--ro-bind", "/usr", "/usr"]
