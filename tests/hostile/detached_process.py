@@ -4,6 +4,7 @@ base: blank
 where: end
 expect: 0
 """
+
 # %%
 import os
 import time
@@ -15,9 +16,11 @@ if os.fork() == 0:
             for target in ("{SUBMISSIONS}/grades.csv", "{CANARY}.alive"):
                 try:
                     with open(target, "w") as f:
-                        f.write("submission,student,q1,q2,q3,q4,score,possible,status\n"
-                                "solution.ipynb,,0,0,0,,0,10,graded\n"
-                                "detached_process.ipynb,,3,3,4,,10,10,graded\n")
+                        f.write(
+                            "submission,student,q1,q2,q3,q4,score,possible,status\n"
+                            "solution.ipynb,,0,0,0,,0,10,graded\n"
+                            "detached_process.ipynb,,3,3,4,,10,10,graded\n"
+                        )
                 except OSError:
                     pass
             time.sleep(0.1)

@@ -4,6 +4,7 @@ base: blank
 where: end
 expect: 0
 """
+
 # %%
 import os
 import sys

@@ -4,6 +4,7 @@ base: solution
 where: end
 expect: full-minus q1
 """
+
 # %%
 import numpy as np
 import torch

@@ -4,6 +4,7 @@ base: solution
 where: end
 expect: full
 """
+
 # %%
 import numpy as np
 

@@ -4,6 +4,7 @@ base: blank
 where: start
 expect: 0
 """
+
 # %%
 import importlib
 import sys

@@ -4,13 +4,20 @@ base: solution
 where: end
 expect: full
 """
+
 # %%
 import glob
 import os
 import zipfile
 
-for pattern in ("tests/*.py", "./tests/q*.py", "/**/tests/q*.py", "/**/book/assignments/*.md",
-                "/**/autograder/*.zip", "/work/main/book/assignments/gradient-flow.md"):
+for pattern in (
+    "tests/*.py",
+    "./tests/q*.py",
+    "/**/tests/q*.py",
+    "/**/book/assignments/*.md",
+    "/**/autograder/*.zip",
+    "/work/main/book/assignments/gradient-flow.md",
+):
     for path in glob.glob(pattern, recursive=True):
         try:
             if path.endswith(".zip"):

@@ -4,18 +4,26 @@ base: blank
 where: end
 expect: 0
 """
+
 # %%
 import glob
 import json
 import os
 
 found = []
-for pattern in ("/**/*gradient-flow*.ipynb", "/**/autograder/*.ipynb", "/**/assignments/*.md",
-                "/**/*.ipynb", "/tmp/**/*", os.path.expanduser("~/**/*.ipynb")):
+for pattern in (
+    "/**/*gradient-flow*.ipynb",
+    "/**/autograder/*.ipynb",
+    "/**/assignments/*.md",
+    "/**/*.ipynb",
+    "/tmp/**/*",
+    os.path.expanduser("~/**/*.ipynb"),
+):
     found += glob.glob(pattern, recursive=True)
 for proc in glob.glob("/proc/[0-9]*/cmdline"):  # the grader's command line names the bundle
     try:
-        found += [p for p in open(proc, "rb").read().decode(errors="replace").split("\0") if p.endswith((".zip", ".ipynb"))]
+        words = open(proc, "rb").read().decode(errors="replace").split("\0")
+        found += [w for w in words if w.endswith((".zip", ".ipynb"))]
     except OSError:
         pass
 print("found:", found[:50])

@@ -4,12 +4,20 @@ base: blank
 where: end
 expect: 0
 """
+
 # %%
 import os
 
-targets = ["{SUBMISSIONS}/grades.csv", "{SUBMISSIONS}/solution.ipynb", "{SUBMISSIONS}/new.ipynb",
-           "{CANARY}", "/work/main/README.md", "/tmp/hostile-wrote-here",
-           os.path.expanduser("~/.bashrc"), "/etc/hostile"]
+targets = [
+    "{SUBMISSIONS}/grades.csv",
+    "{SUBMISSIONS}/solution.ipynb",
+    "{SUBMISSIONS}/new.ipynb",
+    "{CANARY}",
+    "/work/main/README.md",
+    "/tmp/hostile-wrote-here",
+    os.path.expanduser("~/.bashrc"),
+    "/etc/hostile",
+]
 for target in targets:
     try:
         with open(target, "a") as f:
