@@ -332,9 +332,7 @@ def run(
     Whatever happens, when this returns the sandbox's processes are gone (the PID namespace dies
     with ``bwrap``, which is killed after ``limits.wall_seconds``) and its temporary files with it.
     """
-    with _uid_lease() as uid, tempfile.TemporaryDirectory(prefix="sandbox-stage-") as stage_dir:
-        staging = Path(stage_dir)
-        staging.chmod(0o755)
+    with _lease() as (uid, staging):
         line, uid = command(argv, mounts, limits, uid=uid, env=env, staging=staging)
         process = subprocess.Popen(
             line,
@@ -349,41 +347,61 @@ def run(
     return result
 
 
-@contextlib.contextmanager
-def _uid_lease():
-    """A uid no other sandbox uses (None unless we are root), held while the sandbox runs.
+LEASES = Path(tempfile.gettempdir()) / "sandbox-leases"
 
-    A lock file per uid (``flock``, released when this process ends, however it ends) keeps two
-    graders running at once from sharing a uid, and so from counting or killing each other's
-    processes; a uid that still has processes is skipped.
+
+@contextlib.contextmanager
+def _lease():
+    """(uid, staging folder) of one sandbox, held while it runs; (None, None) unless we are root.
+
+    The uid is one no other sandbox uses: a lock file per uid (``flock``, released when this
+    process ends, however it ends) keeps two graders running at once from sharing a uid, and so
+    from counting or killing each other's processes; a uid that still has processes is skipped.
+    The staging folder, ``<uid>.stage`` beside the lock, holds the empty mount points of
+    :func:`command`; one left by a grader that was killed is removed once its lock is free.
     """
     if not is_root():
-        yield None
+        yield None, None
         return
-    import fcntl
     import random
 
-    folder = Path(tempfile.gettempdir()) / "sandbox-uid-leases"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    LEASES.mkdir(mode=0o755, exist_ok=True)  # sandbox uids must enter it to reach the staging
+    for stale in LEASES.glob("*.stage"):
+        with _locked(LEASES / stale.name.replace(".stage", ".lock")) as free:
+            if free:
+                shutil.rmtree(stale, ignore_errors=True)
     for _ in range(1000):
         uid = UID_BASE + random.randrange(UID_RANGE)
-        handle = open(folder / f"{uid}.lock", "w")  # noqa: SIM115  (held across the yield)
+        with _locked(LEASES / f"{uid}.lock") as free:
+            if not free or _leftover(uid):
+                continue
+            staging = LEASES / f"{uid}.stage"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(mode=0o755)
+            USED_UIDS.add(uid)
+            try:
+                yield uid, staging
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return
+    raise SandboxUnavailable("no free sandbox uid (1000 tries)")
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Yield whether an exclusive lock on ``path`` was taken (not waiting); drop it after."""
+    import fcntl
+
+    with open(path, "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            handle.close()
-            continue
-        if _leftover(uid):
-            handle.close()
-            continue
+            yield False
+            return
         try:
-            USED_UIDS.add(uid)
-            yield uid
+            yield True
         finally:
-            handle.close()
-            (folder / f"{uid}.lock").unlink(missing_ok=True)
-        return
-    raise SandboxUnavailable("no free sandbox uid (1000 tries)")
+            path.unlink(missing_ok=True)
 
 
 def _reap(uid: int, result: Result) -> None:
