@@ -61,6 +61,7 @@ COMPARE_RTOL = 1e-4
 COMPARE_ATOL = 1e-12
 
 _chapter: str | None = None
+_entries: dict = {}  # this kernel's entries of _chapter (a second run elsewhere cannot interfere)
 
 
 def ledger_dir() -> Path:
@@ -74,13 +75,13 @@ def start(chapter: str) -> None:
     Called once at the top of a chapter; it forgets the chapter's entries of an earlier run, so a
     re-executed chapter never keeps an entry it no longer records.
     """
-    global _chapter
+    global _chapter, _entries
     if not isinstance(chapter, str) or not _KEY.match(chapter):
         raise ValueError(
             f"chapter must be a chapter file name such as 'poisoning-in-practice', got {chapter!r}"
         )
-    _chapter = chapter
-    _write(chapter, {})
+    _chapter, _entries = chapter, {}
+    _write(chapter, _entries)
 
 
 def _path(chapter: str) -> Path:
@@ -230,12 +231,10 @@ def record(
         "note": _text(note, "note", optional=True),
     }
     entry["status"] = _status(summary, paper_value, tol, reason is not None)
-    path = _path(_chapter)
-    entries = json.loads(path.read_text())["entries"] if path.exists() else {}
-    if key in entries:
+    if key in _entries:
         raise ValueError(f"entry {key!r} is recorded twice in chapter {_chapter!r}")
-    entries[key] = entry
-    _write(_chapter, entries)
+    _entries[key] = entry
+    _write(_chapter, _entries)
     return entry["status"]
 
 
