@@ -7,7 +7,7 @@
 #   make test-portable  the unit tests under portable kernels and two threads (as other machines)
 #   make full      execute every chapter at BOOK_SCALE=full (the larger settings), with timings
 #   make student   the assignments' student notebooks and autograder bundles in _build/student
-#   make grade     grade every .ipynb in SUBMISSIONS=<folder> with otter-grader: <folder>/grades.csv
+#   make grade     grade every .ipynb in SUBMISSIONS=<folder>, each in a sandbox: <folder>/grades.csv
 #   make lint      ruff over the Python code
 #   make bench     time the chapters (default and full scale) and the library's hot paths
 #   make ledger    execute every chapter and commit what it reproduces to book/results/ledger.json
