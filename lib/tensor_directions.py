@@ -595,7 +595,7 @@ def one_point_log_time(matrix, v1_bar, v2_bar, *, alpha: float, y: float, nu: fl
     """log t at which gradient flow on the exponential loss exp(−y f) of one example reaches the
     clock ν of :func:`one_point_curve`: dν/dt = −r = y e^{−y f(ν)}, so
 
-        t(ν) = ∫_0^ν y e^{y f(u)} du,   f(u) = α² g(u),
+        t(ν) = ∫_0^ν e^{y f(u)} / y du,   f(u) = α² g(u),
 
     computed as y f(ν) + log ∫ e^{y f(u) − y f(ν)} |du| (quadrature), so that t far beyond 10^300
     stays finite. ``nu`` must have the sign of ``y`` (the clock moves that way) and the margin
@@ -630,7 +630,7 @@ def one_point_log_time(matrix, v1_bar, v2_bar, *, alpha: float, y: float, nu: fl
                        epsabs=0.0, epsrel=1e-12, limit=2000)
     if not integral > 0:
         raise NumericalFailure("one_point_log_time: the quadrature underflowed")
-    return _finite(top + math.log(integral * abs(y)), "log t")
+    return _finite(top + math.log(integral / abs(y)), "log t")
 
 
 def corollary4_direction(x, y, *, kernel: int) -> np.ndarray:

@@ -130,9 +130,11 @@ def _one_point(kernel, seed, d=6):
     return x, y, basis, M, v1, v2
 
 
+@pytest.mark.parametrize("label_scale", [1.0, 2.0, 0.5])  # labels other than ±1 scale the clock
 @pytest.mark.parametrize("kernel", [1, 2])
-def test_one_point_curve_is_the_flow_for_the_exponential_loss(kernel):
+def test_one_point_curve_is_the_flow_for_the_exponential_loss(kernel, label_scale):
     x, y, _, M, v1, v2 = _one_point(kernel, 6)
+    y *= label_scale
     alpha = 0.1
     assert np.isclose(td.theorem3_gap(M, v1, v2), 1.0, rtol=1e-12)
     flow = gradient_flow(None, {"v1": torch.from_numpy(alpha * v1),
