@@ -20,7 +20,7 @@ speed on the sphere ‖θ‖² = L. c = 10/36 is the paper's 10/‖θ‖⁴ at L
 * ``balance``: weak balancedness on the chapter's run, step by step
   (:func:`lib.escape_dynamics.balance_drift`), at η₀ = 100 and at the paper's η₀ = 10.
 
-About eight minutes of CPU on a 2-core machine.
+About ten minutes of CPU (45 minutes of wall time on a shared, loaded 2-core machine).
 """
 
 from __future__ import annotations
