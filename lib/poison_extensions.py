@@ -292,7 +292,8 @@ def ssm_flow(
     the flow of :func:`lib.poison.theorem1_flow` when B = 1, C = 1ᵀ and the training set is S_1 or
     S_2. Integrated with LSODA in log time τ = log(1 + t) on a velocity and Jacobian compiled by
     numba, recorded at 0 and log-spaced times up to ``horizon`` (:func:`lib.flow.log_grid`).
-    ``x`` has shape ``(n, κ)``, ``y`` shape ``(n,)``; ``a0``, ``b0``, ``c0`` shape ``(d,)``.
+    ``x`` has shape ``(n, κ)``, ``y`` shape ``(n,)``; ``a0``, ``b0``, ``c0`` shape ``(d,)``, with
+    the entries of ``a0`` in [−10, 10] (beyond, a_j^κ overflows for the lengths of the paper).
     A flow that cannot be integrated in float64 raises :class:`lib._checks.NumericalFailure`.
     Returns a :class:`lib.flow.Trajectory` with parameters a, b, c and the loss.
     """
