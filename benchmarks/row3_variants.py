@@ -23,37 +23,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lib import poison, poison_dynamics  # noqa: E402
+from lib import authors_protocol, poison_dynamics  # noqa: E402
 
 SEEDS = list(range(8))
 
 
-def correlated_init(setting: poison_dynamics.DynamicsSetting, seed: int) -> dict[str, torch.Tensor]:
-    """The authors' initialization with TensorFlow's shared stateless stream (see module doc)."""
-    rng = np.random.RandomState(seed)
-    d, h = setting.d, setting.hidden
-    z = rng.normal(size=max(d * d, h * h))
-    gap = poison.tie_gap(setting.sd_a, setting.tie_exponent)
-    a = poison_dynamics.sorted_with_tie(
-        np.abs(setting.sd_a * z[: d * d].reshape(d, d).diagonal()), gap
-    )
-    b = poison_dynamics.sorted_with_tie(np.abs(setting.sd_bc * z[:d]), gap)
-    c = np.abs(setting.sd_bc * z[:d])[::-1]
-    s = setting.sd_mlp
-    params = {
-        "a": a + setting.warm,
-        "b": b + setting.warm,
-        "c": c,
-        "d_in": s * z[:h].reshape(h, 1),
-        # a Keras kernel is (inputs, outputs); ours is (outputs, inputs)
-        "d_hidden": (s * z[: h * h].reshape(h, h)).T,
-        "d_out": s * z[:h].reshape(1, h),
-    }
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
+# The authors' initialization with TensorFlow's shared stateless stream (see module doc).
+correlated_init = authors_protocol.authors_init
 
 
 def run_variant(name: str, max_steps: int) -> list[list]:
