@@ -93,16 +93,17 @@ class GRUBatch:
             raise ValueError("x must be finite, got nan or inf entries")
         width = self.width
         h = x.new_zeros(x.shape[0], x.shape[1], width)
-        # input terms of every step at once: (R, N, T, 3H)
+        # input terms of every step at once, (R, N, T, 3H), split into the gates' and the
+        # candidate's parts and unbound along time: views whose gradients are stacked once in
+        # the backward pass (slicing one step at a time would allocate the whole tensor per step)
         drive = x.unsqueeze(-1) * self.w_in[:, None, None, :] + self.b_in[:, None, None, :]
+        gates_in, candidate_in = (part.unbind(2) for part in drive.split([2 * width, width], -1))
         states = []
         for t in range(x.shape[2]):
             recurrent = torch.baddbmm(self.b_h.unsqueeze(1), h, self.w_h)
-            gates = drive[:, :, t, : 2 * width] + recurrent[..., : 2 * width]
-            reset, update = torch.sigmoid(gates).chunk(2, dim=-1)
-            candidate = torch.tanh(
-                drive[:, :, t, 2 * width :] + reset * recurrent[..., 2 * width :]
-            )
+            gates_h, candidate_h = recurrent.split([2 * width, width], -1)
+            reset, update = torch.sigmoid(gates_in[t] + gates_h).chunk(2, dim=-1)
+            candidate = torch.tanh(candidate_in[t] + reset * candidate_h)
             h = candidate + update * (h - candidate)
             states.append(h)
         return (torch.stack(states, 2) * self.readout[:, None, None, :]).sum(-1)
