@@ -6,15 +6,25 @@ gets, and what it does not:
 - **Files.** A new mount namespace built by `bubblewrap <https://github.com/containers/bubblewrap>`_
   (``bwrap``, the sandbox Flatpak uses): read-only views of ``/usr``, of the Python installation and
   the virtual environment, and of the book's ``lib`` package; a private ``/tmp`` (a size-capped
-  tmpfs that vanishes with the sandbox) as its home and working folder; a minimal ``/dev`` and its
-  own ``/proc``. Nothing else of the machine is mounted: not the repository (solutions, hidden
-  tests), not the folder of submissions, not ``grades.csv``, not the other sandboxes.
+  tmpfs that vanishes with the sandbox) as its home and working folder; a minimal ``/dev`` with a
+  size-capped ``/dev/shm``, and its own ``/proc``. Everything else is read-only (bwrap's own
+  tmpfs mounts, the root and ``/dev``, would otherwise hold up to half the machine's memory).
+  Nothing else of the machine is mounted: not the repository (solutions, hidden tests), not the
+  folder of submissions, not ``grades.csv``, not the other sandboxes.
+- **Environment.** The sandboxed program gets a few fixed variables (``--clearenv``), and the
+  launchers get only ``PATH`` and ``LANG``: bwrap's first process, pid 1 inside the sandbox, keeps
+  the environment it was started with, readable in ``/proc/1/environ``, and the grader's holds
+  ``COURSE_SECRET``.
 - **Namespaces.** ``--unshare-all``: its own user, PID, network (loopback only: no network),
   IPC, UTS and cgroup namespaces; ``--die-with-parent`` and a PID namespace, so that killing
   ``bwrap`` kills every process the submission started, detached or not; ``--new-session``, so it
   cannot push characters into the instructor's terminal.
 - **Limits.** ``prlimit`` (util-linux) sets CPU seconds, address space (memory), the size of a
-  file, open files and, when the sandbox has a uid of its own, the number of processes.
+  file, open files and the number of processes: for a sandbox with a uid of its own, before it
+  starts; otherwise inside its user namespace, where Linux 5.14 and later count only its own
+  processes (older kernels: no process limit without root). Memory held outside the address
+  space (in-memory files of ``memfd_create``, System V shared memory) is not limited: only a
+  memory cgroup around the grader limits that (see book/course.md).
 - **A uid of its own.** When the grader runs as root, each concurrent sandbox runs as its own
   unprivileged uid (``setpriv``, util-linux), so that its process limit counts only its own
   processes. Where the Python installation lies under a folder that uid cannot enter (``/root``),
@@ -60,6 +70,7 @@ class Limits:
     memory_bytes: int = 4 * 2**30  # [--as] address space of each process
     processes: int = 64  # [--nproc] processes and threads of the sandbox's uid
     tmp_bytes: int = 256 * 2**20  # size of its private /tmp (a tmpfs)
+    shm_bytes: int = 64 * 2**20  # size of its /dev/shm (a tmpfs: POSIX shared memory, semaphores)
     file_bytes: int = 128 * 2**20  # [--fsize] largest file it may write
     open_files: int = 256  # [--nofile]
 
@@ -111,6 +122,7 @@ def check(install: bool = True) -> str:
         [bwrap, "--unshare-all", *_system_mounts(), "--", "true"],
         capture_output=True,
         text=True,
+        env=host_environment(),
     )
     if probe.returncode != 0:
         raise SandboxUnavailable(
@@ -163,6 +175,30 @@ def python_mounts() -> list[Path]:
     """The folders this interpreter needs: its installation and the virtual environment."""
     folders = {Path(sys.base_prefix).resolve(), Path(sys.prefix).absolute()}
     return sorted(folders)
+
+
+def nproc_per_namespace() -> bool:
+    """Whether this kernel counts a process limit per user namespace (Linux 5.14 and later).
+
+    Then ``prlimit --nproc`` run *inside* the sandbox's user namespace counts only the sandbox's
+    processes, even when it runs as our own uid (not root: no uid of its own). Before 5.14 the
+    count is every process of the uid on the machine, so the limit is left out there.
+    """
+    release = os.uname().release.split(".")
+    try:
+        version = (int(release[0]), int("".join(c for c in release[1] if c.isdigit()) or 0))
+    except (IndexError, ValueError):
+        return False
+    return version >= (5, 14)
+
+
+def host_environment() -> dict[str, str]:
+    """The environment the sandbox's launchers (unshare, setpriv, prlimit, bwrap) start with.
+
+    Not ours: bwrap's first process inside the sandbox (its pid 1) keeps the environment it was
+    started with, and the submission can read ``/proc/1/environ``; ours holds COURSE_SECRET.
+    """
+    return {"PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
 def _wait_unreaped(pid: int, seconds: float) -> bool:
@@ -296,7 +332,11 @@ def command(
         sandbox += ["--setenv", key, value]
     sandbox += _system_mounts() + binds
     sandbox += ["--proc", "/proc", "--dev", "/dev"]
-    sandbox += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
+    sandbox += ["--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm"]
+    sandbox += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    # bwrap's own tmpfs mounts (the root, /dev) have the kernel's default size, half the
+    # machine's memory, which no rlimit counts: read-only, once every mount point is made.
+    sandbox += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"]
     rlimits = [
         "prlimit",
         f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + 5}",
@@ -305,9 +345,12 @@ def command(
         f"--nofile={limits.open_files}",
         "--core=0",
     ]
+    inside = []
     if uid is not None:
         rlimits.append(f"--nproc={limits.processes}")
-    line = [*rlimits, "--", *sandbox, *argv]
+    elif nproc_per_namespace():
+        inside = ["prlimit", f"--nproc={limits.processes}", "--"]
+    line = [*rlimits, "--", *sandbox, *inside, *argv]
     if uid is not None:
         line = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *line]
     if staged:  # a private mount namespace in which the staging folders show the real ones
@@ -336,6 +379,7 @@ def run(
         line, uid = command(argv, mounts, limits, uid=uid, env=env, staging=staging)
         process = subprocess.Popen(
             line,
+            env=host_environment(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -366,6 +410,7 @@ def _lease():
     import random
 
     LEASES.mkdir(mode=0o755, exist_ok=True)  # sandbox uids must enter it to reach the staging
+    _check_ours(LEASES)
     for stale in LEASES.glob("*.stage"):
         with _locked(LEASES / stale.name.replace(".stage", ".lock")) as free:
             if free:
@@ -385,6 +430,18 @@ def _lease():
                 shutil.rmtree(staging, ignore_errors=True)
             return
     raise SandboxUnavailable("no free sandbox uid (1000 tries)")
+
+
+def _check_ours(folder: Path) -> None:
+    """Refuse a lease folder that another user made or can write: as root we open, truncate and
+    remove files in it, and symbolic links planted there would point those at any file."""
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise SandboxUnavailable(f"{folder} is not a folder (a symbolic link?): remove it")
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise SandboxUnavailable(
+            f"{folder} belongs to another user or others can write to it: remove it"
+        )
 
 
 @contextlib.contextmanager
@@ -423,7 +480,8 @@ def run_unsandboxed(argv: list[str], *, stdin: bytes, limits: Limits) -> Result:
     """The same without any isolation (only the limits): for ``--unsandboxed`` grading only."""
     with tempfile.TemporaryDirectory(prefix="unsandboxed-") as scratch:
         rlimits = ["prlimit", f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}", "--"]
-        env = {**os.environ, "HOME": scratch, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+        env = {k: v for k, v in os.environ.items() if k != "COURSE_SECRET"}
+        env.update(HOME=scratch, MPLBACKEND="Agg", OMP_NUM_THREADS="1")
         process = subprocess.Popen(
             [*rlimits, *argv],
             cwd=scratch,
