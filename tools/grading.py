@@ -70,6 +70,7 @@ ATOL = 1e-12
 MAX_NOTEBOOK_BYTES = 20 * 2**20
 DEFAULT_SECRET = "public-default"  # used when no COURSE_SECRET is given (anyone can recompute it)
 GRADING_MARK = "# GRADING"
+ASSIGNMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a file name in SOURCES, no path
 PARAMETERS_MARK = "# PARAMETERS"
 
 
@@ -192,7 +193,10 @@ def encode(value):
 def _short(value) -> str:
     if isinstance(value, _Tensor | np.ndarray):
         value = np.asarray(getattr(value, "array", value)).tolist()
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a forged answer nested ~1000 deep
+        text = "(nested too deep to show)"
     text = re.sub(r"\s+", " ", text)
     return text if len(text) < 80 else text[:77] + "..."
 
@@ -288,8 +292,8 @@ def load(name: str, folder: Path = SOURCES) -> Assignment:
     import jupytext
 
     source = folder / f"{name}.md"
-    if not source.is_file():
-        raise ValueError(f"no assignment {name!r}: {source} does not exist")
+    if not ASSIGNMENT_NAME.match(name) or not source.is_file():
+        raise ValueError(f"no assignment {name!r} in {folder}")
     notebook = jupytext.read(source, fmt="md:myst")
     questions: dict[str, Question] = {}
     registry: list[Test] = []
@@ -378,20 +382,57 @@ def readable(text: str, limit: int = 100_000) -> str:
     return text + ("\n[... cut]" if len(text) >= limit else "")
 
 
+def one_line(text: str, limit: int) -> str:
+    """``readable`` on one line: a notebook's error text cannot start lines of its own (a fake
+    score, a fake section) in the feedback and logs."""
+    return re.sub(r"\s+", " ", readable(str(text), limit)).strip()
+
+
+MAX_CELL_RECORDS = 1000  # failed cells kept from one run (the feedback shows 20)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _test_record(record: dict) -> bool:
+    """Whether a test's result record has the harness's shape (the notebook's process writes
+    the stream, so any line can be forged: a malformed one is dropped, never trusted)."""
+    values, errors = record.get("values"), record.get("errors")
+    return (
+        _integer(record.get("variant", 0))
+        and isinstance(record.get("key"), str)
+        and isinstance(values, list)
+        and isinstance(errors, list)
+        and len(values) == len(errors)
+        and all(e is None or isinstance(e, str) for e in errors)
+    )
+
+
 def _parse_results(stdout: bytes, run: Run) -> None:
+    """Read the result stream (see tools/grading_harness.py) into ``run``.
+
+    The stream comes from the notebook's own process, so every line is checked: a line that is
+    not JSON, nests too deep, or has the wrong shape is skipped, and a forged record can at
+    most claim answers, which are then compared with the reference's like any other.
+    """
     for line in stdout.decode("utf-8", "replace").splitlines():
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(record, dict):
             continue
         if "cell" in record and "status" in record:
-            run.cells.append(record)
-        elif isinstance(record.get("running"), int) and not run.results:
+            if _integer(record["cell"]) and len(run.cells) < MAX_CELL_RECORDS:
+                status = "timeout" if record["status"] == "timeout" else "error"
+                error = one_line(record.get("error"), 500)
+                run.cells.append({"cell": record["cell"], "status": status, "error": error})
+        elif _integer(record.get("running")) and not run.results:
             run.running = record["running"]
         elif "key" in record and "values" in record:
-            run.results[(record.get("variant", 0), str(record["key"]))] = record
+            if _test_record(record):
+                run.results[(record.get("variant", 0), record["key"])] = record
         elif record.get("done") is True:
             run.finished = True
 
@@ -413,10 +454,11 @@ def _mounts() -> list[tuple[Path, str]]:
 def execute(cells, variants, settings: Settings) -> Run:
     """Run code ``cells`` with the harness in a sandbox; ``variants`` as in the harness's job."""
     job = json.dumps({"cells": cells, "cell_timeout": settings.cell_timeout, "variants": variants})
+    # The notebook runs once per variant: the reference's one per student with parameters of
+    # their own, in one sandbox, so its time grows with the class; a submission has one.
+    seconds = settings.timeout * max(1, len(variants))
     limits = sandbox.Limits(
-        wall_seconds=settings.timeout,
-        cpu_seconds=int(math.ceil(settings.timeout)),
-        memory_bytes=settings.memory,
+        wall_seconds=seconds, cpu_seconds=int(math.ceil(seconds)), memory_bytes=settings.memory
     )
     argv = [str(Path(sys.executable).absolute()), "-I", "-B", "/grader/grading_harness.py"]
     if settings.unsandboxed:
@@ -428,7 +470,7 @@ def execute(cells, variants, settings: Settings) -> Run:
     _parse_results(result.stdout, run)
     run.output = readable(result.stderr.decode("utf-8", "replace"))
     if result.timed_out:
-        run.status = f"timeout after {settings.timeout:g} s"
+        run.status = f"timeout after {seconds:g} s"
     elif not run.finished:
         run.status = f"stopped early (exit code {result.returncode})"
     return run
@@ -475,7 +517,7 @@ def compare(got, expected, probe: Probe) -> str | None:
     """Why ``got`` is not ``expected`` (both plain JSON values), or None when it matches."""
     try:
         answer, reference = _numbers(got), _numbers(expected)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, RecursionError):  # e.g. an int of 400 digits
         return "the answer is not numbers"
     if reference is None or answer is None:
         return None if answer is None and reference is None else "returned None"
@@ -516,6 +558,29 @@ class Grade:
     written: dict[str, str] = field(default_factory=dict)
 
 
+def _expected(assignment: Assignment, reference: Run, variant: int, test: Test, test_probes):
+    """The reference's result record of ``test``; RuntimeError if it has none for every probe."""
+    expected = reference.results.get((variant, test.key))
+    if expected is None or any(expected["errors"]) or len(expected["values"]) != len(test_probes):
+        raise RuntimeError(
+            f"the reference solution of {assignment.name} fails its own test {test.key}: "
+            f"{expected and expected['errors']}\n{reference.output[-3000:]}"
+        )
+    return expected
+
+
+def check_reference(assignment: Assignment, tests, reference: Run, variants: int) -> None:
+    """Raise RuntimeError unless the reference ran to its end and passes all its tests."""
+    if not reference.finished:
+        raise RuntimeError(
+            f"the reference solution of {assignment.name} did not run to its end "
+            f"({reference.status}):\n" + reference.output[-3000:]
+        )
+    for variant in range(variants):
+        for test, test_probes in tests:
+            _expected(assignment, reference, variant, test, test_probes)
+
+
 def judge(
     assignment: Assignment,
     tests: list[tuple[Test, list[Probe]]],
@@ -526,12 +591,7 @@ def judge(
     """Compare every probe of every test with the reference's run (``variant`` of it)."""
     verdicts = []
     for test, test_probes in tests:
-        expected = reference.results.get((variant, test.key))
-        if expected is None or any(expected["errors"]):
-            raise RuntimeError(
-                f"the reference solution of {assignment.name} fails its own test {test.key}: "
-                f"{expected and expected['errors']}\n{reference.output[-3000:]}"
-            )
+        expected = _expected(assignment, reference, variant, test, test_probes)
         got = answer.results.get((0, test.key))
         verdict = Verdict(test, True)
         for index, probe in enumerate(test_probes):
@@ -598,25 +658,23 @@ class Submission:
             return course["student"]
         return None
 
-    def cells(self) -> list[tuple[int, str]]:
+    def _sources(self, kind: str) -> list[tuple[int, str]]:
+        """(cell number, source) of the cells of ``kind``; a source that is neither text nor a
+        list of lines of text (the file is JSON from anyone) counts as empty."""
         found = []
         for index, cell in enumerate(self.notebook.get("cells") or []):
-            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-                continue
-            source = cell.get("source", "")
-            source = "".join(source) if isinstance(source, list) else source
-            if isinstance(source, str):
-                found.append((index + 1, source))
+            if isinstance(cell, dict) and cell.get("cell_type") == kind:
+                source = cell.get("source", "")
+                if isinstance(source, list) and all(isinstance(s, str) for s in source):
+                    source = "".join(source)
+                found.append((index + 1, source if isinstance(source, str) else ""))
         return found
 
+    def cells(self) -> list[tuple[int, str]]:
+        return self._sources("code")
+
     def markdown(self) -> list[tuple[int, str]]:
-        found = []
-        for index, cell in enumerate(self.notebook.get("cells") or []):
-            if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
-                source = cell.get("source", "")
-                source = "".join(source) if isinstance(source, list) else str(source)
-                found.append((index + 1, source))
-        return found
+        return self._sources("markdown")
 
 
 def read_submission(path: Path) -> Submission:
@@ -633,7 +691,7 @@ def read_submission(path: Path) -> Submission:
         if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
             raise ValueError("no cells")
         submission.notebook = notebook
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # nested 100 000 deep...
         submission.problem = "not a notebook (the file is not Jupyter notebook JSON)"
     return submission
 
@@ -666,12 +724,21 @@ def written_answers(submission: Submission, assignment: Assignment) -> dict[str,
 # A folder
 
 
-def _which_assignment(submissions: list[Submission], assignment: str | None) -> str:
+def _which_assignment(
+    submissions: list[Submission], assignment: str | None, sources: Path = SOURCES
+) -> str:
+    """The assignment named (``assignment``) or the one most notebooks' metadata names.
+
+    Only names of sources in ``sources`` count: the metadata is the student's, and a name such
+    as ``../../somewhere/file`` would otherwise make the grader execute that file's # GRADING
+    cells in its own process.
+    """
     if assignment is not None:
         return assignment
+    known = {p.stem for p in Path(sources).glob("*.md")}
     counts: dict[str, int] = {}
     for s in submissions:
-        if s.assignment is not None:
+        if s.assignment in known:
             counts[s.assignment] = counts.get(s.assignment, 0) + 1
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
     if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
@@ -691,9 +758,14 @@ def _tests_for(assignment: Assignment, secret: str) -> list[tuple[Test, list[Pro
     ]
 
 
+FORMULA_STARTS = "=+-@\uff1d\uff0b\uff0d\uff20"  # and their full-width forms
+
+
 def _safe_name(name: str) -> str:
+    """A name (file, student id) for a CSV cell or a terminal line: one line, printable, and never
+    a spreadsheet formula (one that starts with = + - @, after spaces too, gets a quote)."""
     name = readable(name, 200).replace("\n", " ").replace("\t", " ")
-    return "'" + name if name and name[0] in "=+-@" else name  # no spreadsheet formulas
+    return "'" + name if name.lstrip()[:1] in tuple(FORMULA_STARTS) else name
 
 
 def grade_folder(
@@ -711,10 +783,11 @@ def grade_folder(
     paths = sorted(p for p in folder.glob("*.ipynb"))
     if not paths:
         raise ValueError(f"{folder}: no .ipynb submissions to grade")
+    _check_outputs(folder)
     if not settings.unsandboxed:
         sandbox.check()
     submissions = [read_submission(p) for p in paths]
-    name = _which_assignment(submissions, assignment)
+    name = _which_assignment(submissions, assignment, sources)
     if before is not None:
         before(name)
     spec = load(name, sources)
@@ -758,11 +831,7 @@ def grade_folder(
             variant = _variant(spec, tests, parameters)
             jobs[pool.submit(execute, s.cells(), [variant], settings)] = s
         reference = reference_job.result()
-        if not reference.finished:
-            raise RuntimeError(
-                f"the reference solution of {name} did not run to its end ({reference.status}):\n"
-                + reference.output[-3000:]
-            )
+        check_reference(spec, tests, reference, len(parameter_sets))
         done = 0
         for s in submissions:  # files that could not be graded: a row each, with the reason
             if s.problem:
@@ -773,12 +842,7 @@ def grade_folder(
                 )
         for future in concurrent.futures.as_completed(jobs):
             s = jobs[future]
-            run = future.result()
-            grade = Grade(s.path.name, student=s.student or "", run=run, status=run.status)
-            grade.seconds = run.seconds
-            grade.verdicts = judge(spec, tests, run, reference, student_variant[s.path.name])
-            grade.scores = score(spec, grade.verdicts)
-            grade.written = written_answers(s, spec)
+            grade = _grade(spec, tests, s, future.result(), reference, student_variant)
             grades[s.path.name] = grade
             done += 1
             got = sum(grade.scores.values())
@@ -793,6 +857,34 @@ def grade_folder(
     _write_written(folder, spec, submissions, grades)
     echo(f"wrote {table}")
     return table
+
+
+def _grade(spec: Assignment, tests, s: Submission, run: Run, reference: Run, variants) -> Grade:
+    """One submission's grade from its run. Whatever the run holds, this returns: an error here
+    is a row with its reason (0 points), never a folder left without grades."""
+    grade = Grade(s.path.name, student=s.student or "", run=run, status=run.status)
+    grade.seconds = run.seconds
+    try:
+        grade.verdicts = judge(spec, tests, run, reference, variants[s.path.name])
+        grade.scores = score(spec, grade.verdicts)
+        grade.written = written_answers(s, spec)
+    except Exception as error:  # a bug of ours met by a strange notebook: this row only
+        grade.verdicts, grade.scores = [], dict.fromkeys(spec.auto, 0.0)
+        grade.status = f"could not be graded ({one_line(f'{type(error).__name__}: {error}', 200)})"
+    return grade
+
+
+OUTPUT_FOLDERS = ("feedback", "grading-logs", "written")
+
+
+def _check_outputs(folder: Path) -> None:
+    """Refuse output folders that are symbolic links (a folder of submissions unpacked from an
+    archive can hold them): the feedback files would be written wherever they point."""
+    for name in OUTPUT_FOLDERS:
+        if (folder / name).is_symlink():
+            raise ValueError(
+                f"{folder / name} is a symbolic link: the grader writes there; remove it first"
+            )
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -849,7 +941,7 @@ def _feedback_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> st
             where = f", {where}" if where else ""
             what = "ran too long and was stopped" if cell.get("status") == "timeout" else "raised"
             lines.append(
-                f"  cell {cell.get('cell')}{where}: {what}: {readable(str(cell.get('error')), 300)}"
+                f"  cell {cell.get('cell')}{where}: {what}: {one_line(cell.get('error'), 300)}"
             )
         lines.append("")
     for question in spec.questions.values():
@@ -865,7 +957,7 @@ def _feedback_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> st
             lines.append(
                 f"  {kind} test {verdict.test.name}: {'passed' if verdict.passed else 'failed'}"
             )
-            lines += [f"    {readable(text, 400)}" for text in verdict.shown[:3]]
+            lines += [f"    {one_line(text, 400)}" for text in verdict.shown[:3]]
         lines.append("")
     lines.append(
         "Hidden tests ask each question again on inputs you have not seen; only their names and "
@@ -878,7 +970,7 @@ def _log_text(spec: Assignment, grade: Grade, labels: dict[int, str]) -> str:
     lines = [_feedback_text(spec, grade, labels), "--- for the instructor ---"]
     for verdict in grade.verdicts:
         if not verdict.passed:
-            lines.append(f"{verdict.test.key}: {readable(verdict.reason, 400)}")
+            lines.append(f"{verdict.test.key}: {one_line(verdict.reason, 400)}")
     if grade.run is not None:
         lines += [f"sandbox: {grade.run.seconds:.1f} s; {'; '.join(grade.run.notes)}"]
         output = "\n".join(f"| {line}" for line in grade.run.output.splitlines())
@@ -899,6 +991,12 @@ def _write_feedback(folder: Path, spec: Assignment, submissions, grades, labels)
         _atomic_write(logs / f"{stem}.txt", _log_text(spec, grade, labels.get(s.path.name, {})))
 
 
+def _quoted(answer: str) -> str:
+    """A student's Markdown answer as a block quote: its own headings (a fake ``## classmate``
+    section) stay inside its quote, under the heading of its file."""
+    return "\n".join(f"> {line}".rstrip() for line in readable(answer, 20_000).splitlines())
+
+
 def _write_written(folder: Path, spec: Assignment, submissions, grades) -> None:
     if not spec.manual:
         return
@@ -908,5 +1006,5 @@ def _write_written(folder: Path, spec: Assignment, submissions, grades) -> None:
         parts = [f"# {spec.name}, {name} ({points:g} points, graded by hand)", ""]
         for s in submissions:
             answer = grades[s.path.name].written.get(name, "*(no answer found)*")
-            parts += [f"## {_safe_name(s.path.name)}", "", readable(answer, 20_000), ""]
+            parts += [f"## {_safe_name(s.path.name)}", "", _quoted(answer), ""]
         _atomic_write(written / f"{name}.md", "\n".join(parts))
