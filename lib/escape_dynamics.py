@@ -40,10 +40,12 @@ from threadpoolctl import threadpool_limits
 
 from lib import fast_relu, saddles
 from lib._checks import (
+    NumericalFailure,
     as_float,
     as_int,
     as_list,
     as_positive_float,
+    as_steps,
     as_tensor,
     check_finite_result,
     check_magnitude,
@@ -217,19 +219,30 @@ def compare_directions(weights, reference, X, G) -> dict[str, object]:
     depth), ``speed_ratio``, ``residual`` (:func:`escape_residual` of ``weights``),
     ``output_cosine`` (:func:`output_cosine`) and the per-layer ``tails`` and
     ``reference_tails`` Σ_{i≥2} ς_i²/Σ_i ς_i² of Theorem 3.1 (arrays of length L; the two depths
-    may differ).
+    may differ). An all-zero ``X``, or a ``reference`` of speed 0 on the data, leaves the ratio
+    undefined: a ValueError.
     """
     weights, X, G = _as_problem(weights, X, G)
     reference = _as_network(reference, "reference")
     _as_inputs(X, reference)
     _as_gradient(G, X, reference)
+    if not bool(X.abs().sum() > 0):
+        raise ValueError(
+            "X must not be all zero: every network's outputs vanish on it, so both speeds −L₀ are "
+            "0 and their ratio is undefined"
+        )
     mine, theirs = on_sphere(weights), on_sphere(reference)
     speed = float(saddles.speed_of(mine, X, G))
     reference_speed = float(saddles.speed_of(theirs, X, G))
+    if reference_speed == 0.0:
+        raise ValueError(
+            "reference must have a non-zero speed −L₀ on (X, G) (an escape direction's is > 0), "
+            "got 0: the speed ratio is undefined"
+        )
     return {
         "speed": speed,
         "reference_speed": reference_speed,
-        "speed_ratio": speed / reference_speed if reference_speed != 0 else math.nan,
+        "speed_ratio": speed / reference_speed,
         "residual": _residual(mine, X, G),
         "output_cosine": _cosine(_outputs(mine, X), _outputs(theirs, X)),
         "tails": _tails(mine),
@@ -256,16 +269,28 @@ def trajectory_weights(run: Trajectory, index: int) -> list[torch.Tensor]:
 
 
 def plateau_exit(losses, *, height: float, drop: float = 0.02) -> int | None:
-    """The last record of the first plateau: the record before the loss first falls more than
-    ``drop`` below ``height`` (log K for a K-class cross-entropy at the origin).
+    """The last record of a first plateau at ``height`` (log K for a K-class cross-entropy at the
+    origin): the record before the loss first falls more than ``drop`` below ``height``.
 
-    ``None`` when there is no such plateau: the first record is already below, or the loss never
-    falls (the run ends on the plateau). With ``drop`` the tolerance of
-    :func:`lib.saddles.find_plateaus`, the two agree on where a first plateau at ``height`` ends.
+    A threshold criterion. The run must start on the plateau, its first record within ``drop`` of
+    ``height``; the records up to the fall are not inspected otherwise (a catapult's rise above
+    ``height`` stays part of the plateau). ``None`` when there is no such plateau: the first
+    record is already below height − drop, or above height + drop (the run does not start at
+    ``height``), or the loss never falls (the run ends on the plateau).
+
+    :func:`lib.saddles.find_plateaus` asks something else (windows of range below ``tolerance``,
+    at any level, merged where they touch), so the two need not agree. With ``tolerance = drop``
+    both find the first plateau 0 … e, e the record returned here, when the fall is sharp after
+    a flat start: records 0 … e lie less than drop/2 from ``height`` and number at least
+    ``window``, record e + 1 lies below height − 3·drop/2, and the ``window`` records from e + 1
+    span at least ``drop`` (no flat window touches the plateau's end). On a slow descent the
+    loss crosses height − drop at another record than the one where the windows stop being flat.
     """
     losses = as_tensor(losses, "losses", ndim=1, nonempty=True).numpy()
     height = as_float(height, "height")
     drop = as_positive_float(drop, "drop")
+    if losses[0] > height + drop:
+        return None
     below = np.flatnonzero(losses < height - drop)
     if len(below) == 0 or below[0] == 0:
         return None
@@ -300,10 +325,23 @@ class DirectionFlow:
 
 def _record_steps(steps: int, record_every: int) -> np.ndarray:
     """0, record_every, 2·record_every, …, and the last step (the protocol of lib.flow)."""
-    times = list(range(0, steps + 1, record_every))
-    if times[-1] != steps:
-        times.append(steps)
-    return np.array(times)
+    times = np.arange(0, steps + 1, record_every)
+    return times if times[-1] == steps else np.append(times, steps)
+
+
+def _as_record_steps(steps, record_every, *, per_record: int, what: str) -> np.ndarray:
+    """The recorded steps of a run of ``steps`` steps (checked by :func:`lib._checks.as_steps`),
+    once their count ⌈steps/record_every⌉ + 1 times ``per_record`` entries is known to fit
+    :data:`MAX_ENTRIES` (counted before anything is allocated)."""
+    steps, record_every = as_steps(steps, record_every, per_record=per_record)
+    records = -(-steps // record_every) + 1
+    if records * per_record > MAX_ENTRIES:
+        raise ValueError(
+            f"steps = {steps} recorded every {record_every} would keep {records} records of "
+            f"{per_record} numbers ({what}), more than {MAX_ENTRIES:.0e}: raise record_every or "
+            "lower steps"
+        )
+    return _record_steps(steps, record_every)
 
 
 def limit_direction_flow(
@@ -320,15 +358,9 @@ def limit_direction_flow(
     """
     weights, X, G = _as_problem(weights, X, G)
     eta0 = as_positive_float(eta0, "eta0")
-    steps = as_int(steps, "steps", minimum=0)
-    record_every = as_int(record_every, "record_every", minimum=1)
     widths = [X.shape[1]] + [w.shape[0] for w in weights]
     count = sum(w.numel() for w in weights)
-    times = _record_steps(steps, record_every)
-    if len(times) * count > MAX_ENTRIES:
-        raise ValueError(
-            f"the records would hold {len(times) * count:.3g} entries, more than {MAX_ENTRIES:.0e}"
-        )
+    times = _as_record_steps(steps, record_every, per_record=count, what="the weights")
     return _limit_flow(weights, X.numpy(), G.numpy(), widths, eta0, times)
 
 
@@ -464,12 +496,13 @@ def balance_drift(
     X = _as_inputs(X, weights)
     onehot = _as_labels(labels, X, weights[-1].shape[0])
     eta0 = as_positive_float(eta0, "eta0")
-    steps = as_int(steps, "steps", minimum=0)
-    record_every = as_int(record_every, "record_every", minimum=1)
-    times = _record_steps(steps, record_every)
     hidden = sum(w.shape[0] for w in weights[:-1])
-    if len(times) * hidden > MAX_ENTRIES or steps > MAX_ENTRIES:
-        raise ValueError(f"steps = {steps} is too many for a step-by-step account")
+    times = _as_record_steps(steps, record_every, per_record=hidden, what="one per hidden neuron")
+    if times[-1] > MAX_ENTRIES:
+        raise ValueError(
+            f"steps = {times[-1]} is too many for a step-by-step account (at most "
+            f"{MAX_ENTRIES:.0e})"
+        )
     with threadpool_limits(limits=1, user_api="blas"):  # small products: one thread is faster
         return _balance_run(weights, X.numpy(), onehot, eta0, times)
 
@@ -506,25 +539,37 @@ def _neuron_terms(grads: list[np.ndarray]) -> np.ndarray:
     )
 
 
+def _squared_step(eta0: float, mats: list[np.ndarray], power: int) -> tuple[float, float]:
+    """η_k = η₀/‖θ_k‖^{L−2} and η_k², or NumericalFailure where η_k² exceeds float64."""
+    eta = eta0 / sum(float((w**2).sum()) for w in mats) ** (power / 2)
+    try:
+        return eta, eta**2
+    except OverflowError:
+        raise NumericalFailure(
+            f"the step η_k = eta0/‖θ_k‖^(L−2) = {eta:.3g} (eta0 = {eta0:.3g}) squared overflows "
+            "float64: lower eta0"
+        ) from None
+
+
 def _balance_run(weights, x, onehot, eta0, times) -> BalanceDrift:
     mats = [w.numpy().copy() for w in weights]
     power = len(mats) - 2
     balance, size, second, losses = [], [], [], []
     total = np.zeros(sum(w.shape[0] for w in mats[:-1]))
     k = 0
+    loss, grads = _cross_entropy_gradient(mats, x, onehot)  # at θ_k, kept from step to step
     for target in times:
-        loss, grads = _cross_entropy_gradient(mats, x, onehot)
         while k < target:
-            eta = eta0 / sum(float((w**2).sum()) for w in mats) ** (power / 2)
-            total += eta**2 * _neuron_terms(grads)
+            eta, eta_squared = _squared_step(eta0, mats, power)
+            total += eta_squared * _neuron_terms(grads)
             mats = [w - eta * d for w, d in zip(mats, grads, strict=True)]
             k += 1
             loss, grads = _cross_entropy_gradient(mats, x, onehot)
         check_finite_result(loss, "the cross-entropy")
         tensors = [torch.from_numpy(w) for w in mats]
-        balance.append(np.concatenate(_balance(tensors)))
-        size.append(np.concatenate(_balance(tensors, sign=1.0)))
-        second.append(total.copy())
+        balance.append(check_finite_result(np.concatenate(_balance(tensors)), "the balance D_k"))
+        size.append(check_finite_result(np.concatenate(_balance(tensors, 1.0)), "the sizes"))
+        second.append(check_finite_result(total.copy(), "the second-order sum"))
         losses.append(loss)
     return BalanceDrift(
         times=times, balance=np.array(balance), size=np.array(size), second_order=np.array(second),

@@ -72,6 +72,8 @@ def _oracle_weak_balance(result, weights) -> bool:
 
 def _oracle_plateau_exit(result, losses, height, drop=0.02) -> bool:
     values = _np(losses)
+    if values[0] > float(height) + float(drop):  # the run does not start on the plateau
+        return result is None
     for k, v in enumerate(values):
         if v < float(height) - float(drop):
             return result == (k - 1 if k > 0 else None)

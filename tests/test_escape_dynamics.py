@@ -231,3 +231,84 @@ def test_balance_drift_rejects_labels_beyond_the_outputs(small_digits):
     weights = [torch.ones(4, 64, dtype=DT), torch.ones(3, 4, dtype=DT)]  # 3 outputs, 10 classes
     with pytest.raises(ValueError, match="labels must be class indices"):
         ed.balance_drift(weights, x, y, eta0=1.0, steps=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input at the public boundary (the cases benchmarks/bad_inputs.py found)
+# --------------------------------------------------------------------------------------------
+
+
+def test_compare_directions_rejects_an_all_zero_X():
+    """On X = 0 every output vanishes, both speeds are 0 and their ratio undefined (was nan)."""
+    rho, X, G = _smooth_direction()
+    with pytest.raises(ValueError, match="X must not be all zero"):
+        ed.compare_directions(rho, rho, torch.zeros_like(X), G)
+
+
+def test_compare_directions_rejects_a_reference_of_speed_zero():
+    """A reference whose first layer switches every neuron off on positive data has speed 0."""
+    rho, X, G = _smooth_direction()
+    dead = [-rho[0].abs() - 1.0, *rho[1:]]  # pre-activations < 0 on X > 0: all ReLUs off
+    with pytest.raises(ValueError, match="reference must have a non-zero speed"):
+        ed.compare_directions(rho, dead, X, G)
+
+
+@pytest.mark.parametrize("steps", [10**12, 2**64])
+def test_limit_direction_flow_rejects_absurd_steps_before_allocating(steps):
+    """The record count is checked before any record exists (was a MemoryError)."""
+    rho, X, G = _smooth_direction()
+    with pytest.raises(ValueError, match="steps"):
+        ed.limit_direction_flow(rho, X, G, eta0=0.1, steps=steps, record_every=3)
+
+
+@pytest.mark.parametrize("steps", [10**12, 2**64])
+def test_balance_drift_rejects_absurd_steps_before_allocating(small_digits, steps):
+    """Too many records (10^12 / 2) or steps beyond MAX_STEPS (2^64): a ValueError naming steps,
+    not a MemoryError or an OverflowError; nor does a single record make 10^12 steps pass."""
+    x, y, _ = small_digits
+    with pytest.raises(ValueError, match="steps"):
+        ed.balance_drift(_init(3), x, y, eta0=0.1, steps=steps, record_every=2)
+    with pytest.raises(ValueError, match="steps"):
+        ed.balance_drift(_init(3), x, y, eta0=0.1, steps=steps, record_every=steps)
+
+
+def test_balance_drift_rejects_a_step_whose_square_overflows(small_digits):
+    """η₀ = 1e300 makes η_k² overflow float64 at the first step: a ValueError naming eta0 (a
+    NumericalFailure), not Python's OverflowError."""
+    x, y, _ = small_digits
+    with pytest.raises(ValueError, match="eta0"):
+        ed.balance_drift(_init(3), x, y, eta0=1e300, steps=3, record_every=1)
+
+
+def test_plateau_exit_needs_a_start_on_the_plateau():
+    """A loss that starts above height + drop is not on the plateau: no end of it to report
+    (before, the record before the fall was returned: here record 0, the loss 5.0)."""
+    assert ed.plateau_exit([5.0, 1.0], height=2.3) is None
+    assert ed.plateau_exit([2.31, 2.3, 1.0], height=2.3) == 1  # within drop of height: on it
+    assert ed.plateau_exit([2.3, 2.6, 1.0], height=2.3) == 1  # a rise after the start counts
+
+
+def test_plateau_exit_agrees_with_find_plateaus_on_a_sharp_fall():
+    """The docstring's sufficient condition, on random curves that meet it: records 0 … e less
+    than drop/2 from the height, record e + 1 below height − 3 drop/2, and a window from e + 1
+    that spans at least drop; then find_plateaus (tolerance = drop) starts with (0, e)."""
+    rng = np.random.RandomState(0)
+    height, drop, window = math.log(10), 0.02, 5
+    for _ in range(200):
+        e = int(rng.randint(window - 1, 40))
+        flat = height + rng.uniform(-0.49, 0.49, e + 1) * drop
+        # each further record at least 0.3 drop lower: any window from e + 1 spans >= 1.2 drop
+        fall = height - drop * (1.21 + rng.uniform(0.3, 3, int(rng.randint(window, 30))).cumsum())
+        tail = rng.uniform(0, 0.2, int(rng.randint(0, 20)))  # anything after the fall
+        losses = np.concatenate([flat, fall, tail])
+        first, last, _ = saddles.find_plateaus(losses, window=window, tolerance=drop)[0]
+        assert (first, last) == (0, e)
+        assert ed.plateau_exit(losses, height=height, drop=drop) == e
+
+
+def test_plateau_exit_differs_from_find_plateaus_on_a_slow_descent():
+    """A loss falling by 0.3 drop per record: record 4 is the first below height − drop (3 is
+    returned), while no window of 5 records (range 1.2 drop) is flat, so find_plateaus has none."""
+    losses = math.log(10) - 0.006 * np.arange(12)
+    assert ed.plateau_exit(losses, height=math.log(10)) == 3
+    assert saddles.find_plateaus(losses, window=5, tolerance=0.02) == []
