@@ -20,6 +20,7 @@ The step of Theorem 15 itself (eq. (23)) is :func:`lib.linear_nets.theorem15_ste
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -58,7 +59,10 @@ def corollary4_step_size(
     * m = 0 (convex): c (ε − ‖θ_0 − θ(0)‖) / t̃;
     * m > 0 (non-convex): c (ε − ‖θ_0 − θ(0)‖ e^{m t̃}) m / (e^{m t̃} − 1), about e^{−m t̃}.
 
-    Returns 0.0 where no positive step qualifies (the start is already too far).
+    Returns 0.0 where no positive step qualifies (the start is already too far), and a
+    NumericalFailure where the step exceeds the float64 range (a tiny β or a huge |m|). Where a
+    product in the formula would leave the normal floats (β³ underflows below β ≈ 1e-103, or
+    overflows above β ≈ 1e102), the step is computed from logarithms instead.
     """
     m = as_float(curvature, "curvature")
     beta = as_positive_float(smoothness, "smoothness")
@@ -66,16 +70,70 @@ def corollary4_step_size(
     eps = as_positive_float(radius, "radius")
     horizon = as_positive_float(horizon, "horizon")
     gap = as_positive_float(start_gap, "start_gap", allow_zero=True)
-    # products, not powers: an overflow gives inf (c = 0, no step qualifies), not an exception
-    c = 1.0 / (math.sqrt(2.0 * f0 * beta * beta * beta) + beta * beta * eps)
+    room, times, over, log_room = _corollary4_terms(m, eps, gap, horizon)
+    if log_room == -math.inf:
+        return 0.0
+    step = _direct_step(beta, f0, eps, room, times, over)
+    if step is not None:
+        return step
+    # 1/c = β^{3/2} (√(2 f(θ(0))) + √β ε), in logarithms
+    log_root = 0.5 * math.log(2.0 * f0) if f0 > 0 else -math.inf
+    log_denominator = 1.5 * math.log(beta) + float(
+        np.logaddexp(log_root, 0.5 * math.log(beta) + math.log(eps))
+    )
+    log_step = log_room + math.log(times) - math.log(over) - log_denominator
+    if log_step > _LOG_LARGEST:
+        raise NumericalFailure(
+            f"the step of Corollary 4 is e^{log_step:.4g}, beyond the float64 range: smoothness "
+            f"= {beta:.3g} is too small (or |curvature| = {abs(m):.3g} too large) for a finite "
+            "bound"
+        )
+    return math.exp(log_step)
+
+
+_LOG_LARGEST = math.log(sys.float_info.max)
+
+
+def _corollary4_terms(m: float, eps: float, gap: float, horizon: float):
+    """(room, times, over, log room) with Corollary 4's step c · room · times / over.
+
+    For m > 0 the e^{−m t̃}-scaled form, finite for any m t̃; where m t̃ lies below the normal
+    floats, its m → 0 limit (the convex case). With a zero start gap, log room = log ε − m t̃
+    stays exact where e^{−m t̃} underflows. A log room of −inf: no step qualifies."""
     if m < 0:
-        return c * max(eps - gap, 0.0) * abs(m)
-    if m == 0:
-        return c * max(eps - gap, 0.0) / horizon
-    # e^{−m t̃}-scaled forms, finite for any m t̃
-    decay = math.exp(-m * horizon) if m * horizon < 745 else 0.0
-    room = eps * decay - gap
-    return c * max(room, 0.0) * m / -math.expm1(-m * horizon)
+        room, times, over = max(eps - gap, 0.0), abs(m), 1.0
+    elif m * horizon < sys.float_info.min:  # m = 0, or m t̃ subnormal: 1 + O(1e-308) away
+        room, times, over = max(eps - gap, 0.0), 1.0, horizon
+    else:
+        decay = math.exp(-m * horizon) if m * horizon < 745 else 0.0
+        room, times, over = max(eps * decay - gap, 0.0), m, -math.expm1(-m * horizon)
+        if gap == 0.0:
+            return room, times, over, math.log(eps) - m * horizon
+    return room, times, over, (math.log(room) if room > 0 else -math.inf)
+
+
+def _normal_product(*factors: float) -> float | None:
+    """The product of positive factors, left to right, or None where a partial product leaves
+    the normal floats (then an underflow or overflow, not a rounding, would change it)."""
+    product = 1.0
+    for factor in factors:
+        product *= factor
+        if not sys.float_info.min <= product <= sys.float_info.max:
+            return None
+    return product
+
+
+def _direct_step(beta, f0, eps, room, times, over) -> float | None:
+    """c · room · times / over with c = 1/(√(2β³f₀) + β²ε) in float64 products (not powers), or
+    None where a product leaves the normal floats."""
+    cube = 0.0 if f0 == 0.0 else _normal_product(2.0, f0, beta, beta, beta)
+    square = _normal_product(beta, beta, eps)
+    if cube is None or square is None:
+        return None
+    scaled = _normal_product(1.0 / (math.sqrt(cube) + square), room, times)
+    if scaled is None or not sys.float_info.min <= scaled / over <= sys.float_info.max:
+        return None
+    return scaled / over
 
 
 def tracking_exit_times(

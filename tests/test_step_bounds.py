@@ -3,6 +3,7 @@
 descent and gradient flow, and the balanced point of Lemma 31."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -27,6 +28,45 @@ def test_corollary4_three_regimes():
     assert late[0] / late[1] == pytest.approx(math.exp(1.5), rel=1e-9)  # e^{-30}-size corrections
     # a start already outside the tube admits no step
     assert step_bounds.corollary4_step_size(1.0, 1.0, 2.0, 0.1, 5.0, start_gap=0.1) == 0.0
+
+
+def test_corollary4_tiny_smoothness():
+    """β = 1e-300 makes β³ and β² underflow to 0 (was a ZeroDivisionError). With a start gap
+    0.01 above ε e^{−m t̃} = 0.1 e^{−3} no step qualifies: 0.0; with no gap the step is
+    ε e^{−3} / (√(2β³f₀)(1 − e^{−3})) ≈ e^{1030}, beyond float64: a ValueError naming smoothness."""
+    assert step_bounds.corollary4_step_size(1.0, 1e-300, 2.0, 0.1, 3.0, 0.01) == 0.0
+    with pytest.raises(ValueError, match="smoothness"):
+        step_bounds.corollary4_step_size(1.0, 1e-300, 2.0, 0.1, 3.0)
+
+
+def test_corollary4_where_m_times_horizon_underflows():
+    """m t̃ = 1e-600 rounds to 0 (was a ZeroDivisionError in m/(1 − e^{−m t̃})), and m t̃ = 1e-310
+    is subnormal (m/(1 − e^{−m t̃}) loses digits): the m → 0 limit, the convex case's step (the
+    same float products, so exactly equal; the two differ by the factor 1 + m t̃/2)."""
+    convex = step_bounds.corollary4_step_size(0.0, 1.0, 2.0, 0.1, 1e-300)
+    assert step_bounds.corollary4_step_size(1e-300, 1.0, 2.0, 0.1, 1e-300) == convex
+    convex = step_bounds.corollary4_step_size(0.0, 1.0, 2.0, 0.1, 1e-10)
+    assert step_bounds.corollary4_step_size(1e-300, 1.0, 2.0, 0.1, 1e-10) == convex
+
+
+def test_corollary4_over_the_whole_float_range():
+    """At log-uniform arguments over the float range (β, f₀, ε, t̃, the gap from 1e-300 to 1e300,
+    |m| too), the step agrees with the 40-digit decimal formula of the bad-input fuzz's oracle
+    to 1e-9, or is refused (a ValueError) exactly where that value exceeds float64. Before,
+    β³ under- or overflowing in the formula gave steps wrong by orders of magnitude."""
+    from api_cases_step_bounds import _oracle_corollary4
+
+    rng = np.random.RandomState(0)
+    for _ in range(2000):
+        m = float(rng.choice([-1.0, 0.0, 1.0]) * 10 ** rng.uniform(-300, 300))
+        beta, f0, eps, horizon, gap = (float(10 ** rng.uniform(-300, 300)) for _ in range(5))
+        args = (m, beta, f0, eps, horizon, gap if rng.rand() < 0.5 else 0.0)
+        try:
+            step = step_bounds.corollary4_step_size(*args)
+        except ValueError:
+            assert not _oracle_corollary4(sys.float_info.max, *args[:5], start_gap=args[5]), args
+            continue
+        assert math.isfinite(step) and _oracle_corollary4(step, *args[:5], start_gap=args[5]), args
 
 
 @pytest.mark.parametrize(
