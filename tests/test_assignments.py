@@ -45,7 +45,7 @@ SECRET = "acceptance-test-secret"
 # Several pass the public check of the student notebook and fail only the hidden tests, as a
 # plausible mistake would. An assignment missing here gets its first answer blanked instead.
 WRONG = {
-    "greedy-learning": (  # a plausible wrong invariant: passes the public check, not the hidden tests
+    "greedy-learning": (  # a plausible wrong invariant: passes the public check, fails hidden ones
         "q3",
         "def second_when_first_reaches(a1, a2, level, gammas):\n"
         "    return (a2**-2 - a1**-2 + level**-2) ** -0.5\n",
