@@ -45,6 +45,8 @@ from lib._checks import (
     as_seed,
     as_seeds,
     as_tensor,
+    check_finite_result,
+    check_magnitude,
     check_params,
 )
 
@@ -121,7 +123,8 @@ def accumulating_loss(h, w, k: int) -> torch.Tensor:
             f"h and w need at least k = {k} entries, got {h.shape[-1]} and {w.shape[0]}"
         )
     squared = (h[..., :k] - w[:k]) ** 2
-    return sum(squared[..., : j + 1].sum(-1) for j in range(k))
+    return check_finite_result(sum(squared[..., : j + 1].sum(-1) for j in range(k)),
+                               "the accumulating loss")
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,7 +425,8 @@ def _options(loss, batch, n_train, n_val, patience, check_every, steps, mileston
     check_every = as_int(check_every, "check_every", minimum=1, maximum=10**9)
     if not isinstance(milestones, (list, tuple, range)):
         raise ValueError(f"milestones must be a list of step numbers, got {milestones!r:.60}")
-    checked = [as_int(m, f"milestones[{i}]", minimum=1) for i, m in enumerate(milestones)]
+    checked = [as_int(m, f"milestones[{i}]", minimum=1, maximum=10**9)
+               for i, m in enumerate(milestones)]
     if any(b <= a for a, b in zip(checked, checked[1:], strict=False)):
         raise ValueError(f"milestones must be strictly increasing, got {checked}")
     return loss, batch, n_train, n_val, patience, check_every, steps, np.array(checked, np.int64)
@@ -466,11 +470,13 @@ def train_students(
     sequences and batch order come from ``data_seeds[r]`` (default: r).
     """
     kind = as_choice(kind, "kind", KINDS)
-    w = as_tensor(w, "w", ndim=1)
+    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
     ks = [as_int(k, f"ks[{i}]", minimum=1, maximum=10_000) for i, k in enumerate(as_list(ks, "ks"))]
     if max(ks) > w.shape[0]:
         raise ValueError(f"w needs at least max(ks) = {max(ks)} entries, got {w.shape[0]}")
     params, d = _check_students(kind, params, len(ks))
+    for name, value in params.items():
+        check_magnitude(value, f"params[{name!r}]")
     options = _options("population" if loss is None else loss, batch, n_train, n_val, patience,
                        check_every, steps, milestones)
     loss, batch, n_train, n_val, patience, check_every, steps, milestone_array = options
@@ -518,7 +524,7 @@ def impulse_responses(kind: str, params: dict[str, torch.Tensor], length: int) -
     last = _NAMES[kind][-1]
     runs = params[last].shape[0] if isinstance(params, dict) and last in params else 0
     params, _ = _check_students(kind, params, max(runs, 1))
-    return _responses(kind, params, length)
+    return check_finite_result(_responses(kind, params, length), "the impulse responses")
 
 
 def _responses(kind: str, params: dict[str, torch.Tensor], length: int) -> torch.Tensor:
@@ -541,5 +547,5 @@ def tail_errors(kind: str, params: dict[str, torch.Tensor], w, ks) -> np.ndarray
     if max(ks) >= w.shape[0]:
         raise ValueError(f"every k must be below len(w) = {w.shape[0]}, got max {max(ks)}")
     params, _ = _check_students(kind, params, len(ks))
-    h = _responses(kind, params, w.shape[0])
+    h = check_finite_result(_responses(kind, params, w.shape[0]), "the impulse responses")
     return np.array([(h[r, k:] - w[k:]).abs().max().item() for r, k in enumerate(ks)])

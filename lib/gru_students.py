@@ -33,7 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lib._checks import _describe, as_choice, as_int, as_positive_float, as_seeds, as_tensor
+from lib._checks import (
+    NumericalFailure,
+    _describe,
+    as_choice,
+    as_int,
+    as_positive_float,
+    as_seeds,
+    as_tensor,
+)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -156,7 +164,12 @@ def train_gru_teachers(width: int, target, seeds, *, init_scale: float = 1e-6, s
         loss = ((net.outputs(impulse)[:, 0] - goal) ** 2).sum()
         loss.backward()
         optimizer.step()
-    return net.detached()
+    teachers = net.detached()
+    if not all(bool(torch.isfinite(p).all()) for p in teachers.tensors()):
+        raise NumericalFailure(
+            f"the teachers' training diverged (parameters not finite) at lr = {lr:g}"
+        )
+    return teachers
 
 
 @dataclass(frozen=True)

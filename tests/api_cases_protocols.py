@@ -40,15 +40,17 @@ def _batch(net: gs.GRUBatch):
 
 
 def _oracle_accumulating(result, h, w, k) -> bool:
+    """eq. (D.3)'s weights k - i, along h's last axis (h may carry batch axes in front)."""
     h, w = np.asarray(h, float), np.asarray(w, float)
-    if h.ndim != 1 or w.ndim != 1 or min(len(h), len(w)) < k:
+    if h.ndim < 1 or w.ndim != 1 or min(h.shape[-1], len(w)) < k:
         return False
-    return same(result, sum((k - i) * (h[i] - w[i]) ** 2 for i in range(k)))
+    expected = sum((k - i) * (h[..., i] - w[i]) ** 2 for i in range(k))
+    return same(result, np.asarray(expected, dtype=float))
 
 
 def _oracle_responses(result, kind, params, length) -> bool:
     a, b = (np.asarray(params[n], float)[0] for n in ("a", "b"))
-    return same(result, [[float((b * b * a**j).sum()) for j in range(length)]])
+    return same(result, np.array([[float((b * b * a**j).sum()) for j in range(length)]]))
 
 
 def cases() -> list[Case]:

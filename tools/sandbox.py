@@ -330,10 +330,12 @@ def command(
     sandbox += ["--clearenv", "--hostname", "sandbox"]
     for key, value in environment.items():
         sandbox += ["--setenv", key, value]
+    # The private /tmp first: the read-only binds that follow may live under /tmp on the host (a
+    # checkout in /tmp, as CI's fresh clones are), and a tmpfs mounted after them would hide them.
+    sandbox += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     sandbox += _system_mounts() + binds
     sandbox += ["--proc", "/proc", "--dev", "/dev"]
     sandbox += ["--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm"]
-    sandbox += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     # bwrap's own tmpfs mounts (the root, /dev) have the kernel's default size, half the
     # machine's memory, which no rlimit counts: read-only, once every mount point is made.
     sandbox += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"]
