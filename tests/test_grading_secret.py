@@ -108,7 +108,7 @@ def test_answers_hard_coded_for_one_secret_fail_under_another(bundle, tmp_path):
     spec = grading.load(NAME)
     namespace = run_solution(spec, grading.draw(spec.parameters, "first secret", NAME, None))
     table = answers_for(spec, "first secret", namespace)
-    assert set(table) == {"descent_iterate", "flow_point", "predicted_gap"}
+    assert {"descent_iterate", "flow_point", "predicted_gap"} <= set(table)
     cheat = nbformat.read(bundle / "autograder" / f"{NAME}.ipynb", as_version=4)
     cheat.cells.append(nbformat.v4.new_code_cell(hard_coded(table)))
     nbformat.write(cheat, tmp_path / "hard-coded.ipynb")
@@ -117,9 +117,10 @@ def test_answers_hard_coded_for_one_secret_fail_under_another(bundle, tmp_path):
         tmp_path / "honest.ipynb",
     )
     first = grade(tmp_path, "first secret")
-    assert first["hard-coded.ipynb"]["score"] == first["honest.ipynb"]["score"] == "10"
+    full = first["honest.ipynb"]["possible"]  # every code question's points
+    assert first["hard-coded.ipynb"]["score"] == first["honest.ipynb"]["score"] == full
     second = grade(tmp_path, "second secret")
-    assert second["honest.ipynb"]["score"] == "10"
+    assert second["honest.ipynb"]["score"] == full
     row = second["hard-coded.ipynb"]
     assert (row["q1"], row["q2"], row["q3"]) == ("0", "3", "0")  # only q2 was honest work
 
@@ -146,6 +147,7 @@ def test_numbers_copied_from_a_classmate_fail(bundle, tmp_path):
     copied.metadata["course"]["student"] = "bob"
     nbformat.write(copied, tmp_path / "bob-copied-from-alice.ipynb")
     grades = grade(tmp_path, secret)
-    assert grades["alice.ipynb"]["score"] == grades["bob.ipynb"]["score"] == "10"
+    full = grades["alice.ipynb"]["possible"]
+    assert grades["alice.ipynb"]["score"] == grades["bob.ipynb"]["score"] == full
     row = grades["bob-copied-from-alice.ipynb"]
     assert (row["student"], row["q1"], row["q2"], row["q3"]) == ("bob", "3", "0", "0")
