@@ -3,15 +3,15 @@
 :func:`explore` turns a drawing function ``fn(fig, **params)`` into an interactive exploration:
 
 * in a live kernel: ipywidgets sliders (``continuous_update=False``), redrawing on release;
-* while the book is built (``BOOK_MODE=build``): a scrub-able animation over a few values of one
-  parameter (matplotlib's ``to_jshtml``), so the static page still moves;
+* while the book is built (``BOOK_MODE=build``): one slider per parameter over precomputed frames
+  of every combination of a few values of each (:func:`slider_grid_html`), so the static page
+  offers every parameter the text names;
 * under the test runner (``BOOK_MODE=test``): one frame at the default values.
 """
 
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,31 +33,126 @@ COLORS = {
 }
 
 
+# The page's text column is 676 CSS px wide at a 1280 px window. A figure FIGURE_WIDTH inches wide
+# is shown at most 100 px per inch (its PNG has FIGURE_DPI pixels per inch, twice that, so it is
+# sharp on high-resolution screens), and its smallest text (MIN_FONT_PT) comes out at
+# MIN_FONT_PT / 72 * 676 / FIGURE_WIDTH ~ 11.6 px >= 10 px; wider figures shrink their text.
+COLUMN_PX = 676
+FIGURE_WIDTH = 7.0
+FIGURE_DPI = 200
+MIN_FONT_PT = 8.5
+MAX_FIGURE_WIDTH = MIN_FONT_PT / 72 * COLUMN_PX / 10  # 7.98 in: text at 10 px when fitted
+
+
 def use_style() -> None:
     """Apply the book's matplotlib style (called on import)."""
     mpl.rcParams.update(
         {
-            "figure.figsize": (7.0, 3.6),
+            "figure.figsize": (FIGURE_WIDTH, 3.4),
             "figure.dpi": 100,
-            "savefig.dpi": 100,
+            "savefig.dpi": FIGURE_DPI,
             "axes.grid": True,
             "grid.alpha": 0.3,
             "axes.spines.top": False,
             "axes.spines.right": False,
-            "axes.titlesize": 11,
-            "axes.labelsize": 10,
-            "legend.fontsize": 9,
+            "axes.titlesize": 10,
+            "axes.labelsize": 9.5,
+            "xtick.labelsize": 9,
+            "ytick.labelsize": 9,
+            "legend.fontsize": MIN_FONT_PT,
+            "legend.title_fontsize": 9,
             "legend.frameon": False,
-            "lines.linewidth": 1.8,
-            "font.size": 10,
-            "animation.embed_limit": 40.0,
-        }
+            "lines.linewidth": 1.6,
+            "font.size": 9.5,
+                    }
     )
 
 
 use_style()
 
-MAX_FRAMES = 100  # frames of one animation or one slider: a page carries every one of them
+MAX_FRAMES = 100  # values of one slider: a page carries every frame
+
+
+def _png_text_chunks(png: bytes, items: Mapping[str, str]) -> bytes:
+    """``png`` with one ``tEXt`` chunk per item inserted after its header chunk (PNG spec 11.3.4:
+    length, type, keyword, a zero byte, latin-1 text, CRC-32 of type and data)."""
+    import struct
+    import zlib
+
+    header_end = 8 + 8 + 13 + 4  # signature, then IHDR: length + type, 13 bytes of data, CRC
+    chunks = b""
+    for key, value in items.items():
+        data = key.encode("latin-1") + b"\0" + value.encode("latin-1")
+        body = b"tEXt" + data
+        chunks += struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    return png[:header_end] + chunks + png[header_end:]
+
+
+def _render_png(fig, dpi: int, **savefig) -> tuple[bytes, float]:
+    """The figure as PNG bytes and the size in points of the smallest text it draws.
+
+    The size is read while the figure is drawn (``Text.draw`` is wrapped for the duration), so
+    tick labels of hidden axes or ticks outside the view, which are never drawn, do not count.
+    """
+    import io
+
+    sizes: list[float] = []
+    original = mpl.text.Text.draw
+
+    def draw(text, renderer):
+        if text.get_visible() and text.get_text().strip():
+            sizes.append(float(text.get_fontsize()))
+        return original(text, renderer)
+
+    buffer = io.BytesIO()
+    mpl.text.Text.draw = draw
+    try:
+        fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None}, **savefig)
+    finally:
+        mpl.text.Text.draw = original
+    return buffer.getvalue(), (min(sizes) if sizes else float("inf"))
+
+
+def _legibility(png: bytes, min_pt: float, dpi: int) -> bytes:
+    """Mark a figure's PNG with what a page needs to tell its displayed text size:
+    ``book:min-font-pt`` (``inf`` when it has no text) and ``book:dpi``."""
+    return _png_text_chunks(png, {"book:min-font-pt": f"{min_pt:g}", "book:dpi": str(dpi)})
+
+
+def figure_png(fig) -> tuple[bytes, dict]:
+    """How a notebook shows a figure: PNG at ``FIGURE_DPI`` (2x) with its legibility chunks, and
+    display metadata ``width`` = its width at 100 px per inch, so that it is shown at half its
+    pixel size (sharp on high-resolution screens) and at most the column's width."""
+    if not isinstance(fig, mpl.figure.Figure):
+        raise ValueError(f"fig must be a matplotlib Figure, got {_describe(fig)}")
+    png, min_pt = _render_png(fig, FIGURE_DPI, bbox_inches="tight")
+    width_px = int.from_bytes(png[16:20], "big")  # IHDR's width field
+    return _legibility(png, min_pt, FIGURE_DPI), {"width": round(width_px * 100 / FIGURE_DPI)}
+
+
+def _install_figure_formatter() -> None:
+    """Inside IPython, show every matplotlib figure with :func:`figure_png`.
+
+    matplotlib-inline registers its own PNG formatter when the backend is first loaded, so the
+    backend is loaded here first and then overridden.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the book's dependencies
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    plt.get_backend()
+    try:
+        plt.switch_backend(mpl.get_backend())  # loads (and so configures) the inline backend
+    except Exception:  # pragma: no cover - a headless shell without the inline backend
+        return
+    formatter = shell.display_formatter.formatters["image/png"]
+    formatter.for_type(mpl.figure.Figure, figure_png)
+
+
+_install_figure_formatter()
 
 
 def _check_axes(ax) -> None:
@@ -200,16 +295,6 @@ def plot_loss(
 # --------------------------------------------------------------------------------------------
 
 
-def _cell(value, digits: int) -> str:
-    if isinstance(value, (float, np.floating)):
-        if not np.isfinite(value):
-            return str(value)
-        if value != 0 and not 1e-2 <= abs(value) < 1e4:
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}g}"
-    return "" if value is None else str(value)
-
-
 class Table:
     """A small results table that renders as HTML in notebooks and the book, as text elsewhere."""
 
@@ -253,9 +338,11 @@ class Table:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) -> None:
-    """Display a table, numbers to ``digits`` significant digits.
+    """Display a table, numbers to ``digits`` significant digits, a column at one precision.
 
-    Chapters use it to set reproduced numbers beside the paper's.
+    Chapters use it to set reproduced numbers beside the paper's; numbers are written by
+    :func:`lib.typeset.column` (no e-notation, no nan: a missing value is ``None``, shown as a
+    dash).
     """
     digits = as_int(digits, "digits", minimum=1, maximum=17)
     if isinstance(headers, str) or not isinstance(headers, Sequence):
@@ -273,7 +360,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) 
             raise ValueError(
                 f"row {index} has {len(row)} cells, expected {len(headers)} (one per header)"
             )
-        cells.append([_cell(v, digits) for v in row])
+        cells.append(list(row))
+    from lib import typeset
+
+    columns = [typeset.column([row[k] for row in cells], digits) for k in range(len(headers))]
+    cells = [[column[i] for column in columns] for i in range(len(cells))]
     from IPython.display import display
 
     display(Table(headers, cells))
@@ -396,43 +487,44 @@ def _widget(name: str, spec: Slider | Choice):
     )
 
 
+def _parameter_label(name: str) -> str:
+    """The name a slider carries on the page (and that the text marks with ``{.param}``)."""
+    return name.replace("_", " ")
+
+
 def explore(
     fn: Callable,
     *,
-    animate: str | None = None,
+    alt: str,
     frames: int = 6,
-    grid: bool = False,
-    figsize: tuple[float, float] = (8.0, 3.6),
+    figsize: tuple[float, float] = (FIGURE_WIDTH, 3.4),
     **params,
 ):
     """Explore ``fn(fig, **params)``, a function that draws into a matplotlib figure.
 
     Each keyword in ``params`` describes one parameter: a :class:`Slider`, a tuple
     ``(lo, hi, default)`` (integer slider if all three are ints), a :class:`Choice` or a list of
-    options (first = default). What is shown depends on :func:`lib.config.book_mode`:
+    options (first = default). ``alt`` describes the figure for readers who cannot see it (the
+    image's alt text). What is shown depends on :func:`lib.config.book_mode`:
 
     * ``live``: sliders; the figure is redrawn when a slider is released.
-    * ``build``: an animation over ``frames`` values of the parameter ``animate`` (default: the
-      first), the others at their defaults; with ``grid=True`` instead, one slider per parameter
-      over precomputed frames of every combination (each :class:`Choice`'s options, ``frames``
-      values of each :class:`Slider`), see :func:`slider_grid_html`. Meant for small parameter
-      spaces: the page carries every frame.
+    * ``build``: one slider per parameter over precomputed frames of every combination (each
+      :class:`Choice`'s options, ``frames`` values of each :class:`Slider`), see
+      :func:`slider_grid_html`; the page carries every frame, within ``GRID_BUDGET_BYTES``.
     * ``test``: a single frame at the defaults.
+
+    On the page a parameter ``relative_gap`` is the slider "relative gap".
 
     Returns ``None`` (so that a notebook does not display the figure twice).
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable fn(fig, **params), got {type(fn).__name__}")
+    if not isinstance(alt, str) or len(alt.split()) < 4:
+        raise ValueError(f"alt must describe the figure in a few words, got {_describe(alt)}")
     if not params:
         raise ValueError("explore needs at least one parameter to vary")
     specs = {name: _as_spec(name, spec) for name, spec in params.items()}
-    if animate is None:
-        animate = next(iter(specs))
-    if not isinstance(animate, str) or animate not in specs:
-        raise ValueError(f"animate must name one of the parameters {list(specs)}, got {animate!r}")
     frames = _check_frames(frames, "frames")
-    if not isinstance(grid, bool):
-        raise ValueError(f"grid must be True or False, got {grid!r}")
     figsize = _check_figsize(figsize)
     defaults = {name: spec.default for name, spec in specs.items()}
     mode = book_mode()
@@ -443,30 +535,10 @@ def explore(
         plt.show()
         return None
 
-    if mode == "build" and grid:
-        from IPython.display import HTML, display
-
-        display(HTML(slider_grid_html(fn, specs, frames=frames, figsize=figsize)))
-        return None
-
     if mode == "build":
         from IPython.display import HTML, display
-        from matplotlib.animation import FuncAnimation
 
-        values = specs[animate].frames(frames)
-        fig = plt.figure(figsize=figsize)
-
-        def draw(i):
-            fig.clear()
-            fn(fig, **{**defaults, animate: values[i]})
-
-        animation = FuncAnimation(fig, draw, frames=len(values), interval=900)
-        html = animation.to_jshtml(default_mode="once")
-        # matplotlib links Font Awesome 4 from a CDN for the buttons; the book's theme serves Font
-        # Awesome itself, which draws them, so the page makes no request to another host.
-        html = _FONT_AWESOME_CDN.sub("", html)
-        plt.close(fig)
-        display(HTML(html))
+        display(HTML(slider_grid_html(fn, specs, frames=frames, figsize=figsize, alt=alt)))
         return None
 
     import ipywidgets as widgets
@@ -506,30 +578,38 @@ _GRID_SCRIPT = """<script>
 </script>"""
 
 
-_FONT_AWESOME_CDN = re.compile(r'<link rel="stylesheet"\s*href="https?://[^"]*font-awesome[^"]*">')
-MAX_GRID_FRAMES = 64  # at ~30-60 kB a frame, a page stays within a few MB
+MAX_GRID_FRAMES = 64  # frames of one multi-slider figure
+GRID_DPI = 120  # a frame is shown at the column's width; 1.2x keeps a page light
+# An exploration's frames together: at most this many bytes of PNG on the page (about 40 kB a
+# frame at GRID_DPI, so a full grid of MAX_GRID_FRAMES frames fits).
+GRID_BUDGET_BYTES = 3_000_000
 
 
 def _small_png(fig, dpi: int) -> bytes:
-    """The figure as a PNG with a 64-colour palette: a line plot looks the same, and the file is
-    about a quarter of the full-colour one (the page carries every frame of a slider grid)."""
+    """The figure as a PNG with a 64-colour palette, marked like :func:`figure_png`'s: a line
+    plot looks the same, and the file is about a quarter of the full-colour one (the page
+    carries every frame of a slider grid)."""
     import io
 
     from PIL import Image
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    png, min_pt = _render_png(fig, dpi)
+    image = Image.open(io.BytesIO(png)).convert("RGB")
     out = io.BytesIO()
     image.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(
         out, format="PNG", optimize=True
     )
-    return out.getvalue()
+    return _legibility(out.getvalue(), min_pt, dpi)
 
 
 def _grid_label(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
+    """A slider's value as the page shows it (numbers through :mod:`lib.typeset`)."""
+    from lib import typeset
+
+    if value is None:
+        raise ValueError("a slider option shown on the page must not be None: give it a name")
+    if isinstance(value, (float, np.floating)):
+        return typeset.number(float(value), ".3g")
     return str(value)
 
 
@@ -537,16 +617,19 @@ def slider_grid_html(
     fn: Callable,
     specs: Mapping[str, Slider | Choice],
     *,
+    alt: str,
     frames: int = 6,
-    figsize: tuple[float, float] = (8.0, 3.6),
-    dpi: int = 80,
+    figsize: tuple[float, float] = (FIGURE_WIDTH, 3.4),
+    dpi: int = GRID_DPI,
 ) -> str:
     """A static figure with one slider per parameter, from precomputed frames (plain JavaScript).
 
     ``fn(fig, **values)`` is drawn once for every combination of the parameters' values (each
     :class:`Choice`'s options, ``frames`` values of each :class:`Slider`) and saved as a PNG at
-    ``dpi``; the HTML holds all of them, so its size grows with the product of the counts. Each
-    slider starts at its parameter's default (the nearest grid value for a :class:`Slider`).
+    ``dpi``; the HTML holds all of them, so its size grows with the product of the counts (at
+    most ``MAX_GRID_FRAMES`` frames and ``GRID_BUDGET_BYTES`` bytes). Each slider starts at its
+    parameter's default (the nearest grid value for a :class:`Slider`). The ``div`` carries
+    ``data-parameters`` (the sliders' names, ``|``-separated) and the image's alt text ``alt``.
     """
     import base64
     import itertools
@@ -555,6 +638,8 @@ def slider_grid_html(
 
     if not callable(fn):
         raise ValueError(f"fn must be a callable fn(fig, **values), got {_describe(fn)}")
+    if not isinstance(alt, str) or len(alt.split()) < 4:
+        raise ValueError(f"alt must describe the figure in a few words, got {_describe(alt)}")
     if not isinstance(specs, Mapping):
         raise ValueError(
             f"specs must map parameter names to Sliders or Choices, got {_describe(specs)}"
@@ -568,12 +653,13 @@ def slider_grid_html(
     figsize = _check_figsize(figsize)
     dpi = as_int(dpi, "dpi", minimum=10, maximum=600)
     values = {name: spec.frames(frames) for name, spec in specs.items()}
+    labels = [[_grid_label(v) for v in options] for options in values.values()]
     count = int(np.prod([len(v) for v in values.values()]))
     if count > MAX_GRID_FRAMES:
         sizes = " x ".join(f"{len(v)} {name}" for name, v in values.items())
         raise ValueError(
             f"a slider grid of {sizes} is {count} frames, more than {MAX_GRID_FRAMES}: the page "
-            "would carry them all; use fewer values (or explore without grid=True)"
+            "would carry them all; use fewer values"
         )
     starts = {}
     for name, spec in specs.items():
@@ -589,21 +675,30 @@ def slider_grid_html(
         fn(fig, **dict(zip(values, combination, strict=True)))
         images.append("data:image/png;base64," + base64.b64encode(_small_png(fig, dpi)).decode())
     plt.close(fig)
+    weight = sum(len(image) for image in images)
+    if weight > GRID_BUDGET_BYTES:
+        raise ValueError(
+            f"the slider grid's {count} frames weigh {weight / 1e6:.1f} MB, more than the "
+            f"{GRID_BUDGET_BYTES / 1e6:.1f} MB budget of one exploration: use fewer values"
+        )
     uid = f"slider-grid-{uuid.uuid4().hex[:12]}"
+    names = [_parameter_label(name) for name in values]
     controls = "".join(
-        f'<label style="margin-right:1.5em">{html.escape(name)} '
-        f'<input type="range" name="{html.escape(name)}" min="0" max="{len(options) - 1}" '
-        f'step="1" value="{starts[name]}"> <output></output></label>'
-        for name, options in values.items()
+        f'<label style="white-space:nowrap">{html.escape(label)} '
+        f'<input type="range" name="{html.escape(label)}" min="0" max="{len(options) - 1}" '
+        f'step="1" value="{starts[name]}" style="vertical-align:middle;max-width:9em"> '
+        f"<output></output></label>"
+        for label, (name, options) in zip(names, values.items(), strict=True)
     )
-    labels = [[_grid_label(v) for v in options] for options in values.values()]
     script = _GRID_SCRIPT % {
         "uid": uid,
         "frames": json.dumps(images),
         "labels": json.dumps(labels),
     }
     return (
-        f'<div class="slider-grid" id="{uid}">'
-        f'<img alt="figure for the chosen parameter values" style="max-width:100%">'
-        f"<div>{controls}</div></div>\n{script}"
+        f'<div class="slider-grid" id="{uid}" '
+        f'data-parameters="{html.escape("|".join(names))}">'
+        f'<img alt="{html.escape(alt)}" style="max-width:100%;width:{round(figsize[0] * 100)}px">'
+        f'<div style="display:flex;flex-wrap:wrap;gap:0.3em 1.5em">{controls}</div></div>\n'
+        f"{script}"
     )

@@ -233,16 +233,14 @@ def _plotted(fn):
     return call
 
 
-def _explore(fn, animate, frames, grid, figsize, a, shape):
+def _explore(fn, alt, frames, figsize, a, shape):
     """viz.explore in test mode (one frame at the defaults), its figures closed afterwards."""
     import matplotlib.pyplot as plt
 
     saved = os.environ.get("BOOK_MODE")
     os.environ["BOOK_MODE"] = "test"
     try:
-        return viz.explore(
-            fn, animate=animate, frames=frames, grid=grid, figsize=figsize, a=a, shape=shape
-        )
+        return viz.explore(fn, alt=alt, frames=frames, figsize=figsize, a=a, shape=shape)
     finally:
         plt.close("all")
         if saved is None:
@@ -251,8 +249,11 @@ def _explore(fn, animate, frames, grid, figsize, a, shape):
             os.environ["BOOK_MODE"] = saved
 
 
-def _slider_grid(fn, specs, frames, figsize, dpi):
-    return len(viz.slider_grid_html(fn, specs, frames=frames, figsize=figsize, dpi=dpi))
+def _slider_grid(fn, specs, alt, frames, figsize, dpi):
+    return len(viz.slider_grid_html(fn, specs, alt=alt, frames=frames, figsize=figsize, dpi=dpi))
+
+
+ALT = "a sine or a line scaled by a"
 
 
 # ------------------------------------------------------------------------------------------
@@ -750,9 +751,8 @@ def _viz_cases() -> list[Case]:
             _explore,
             [
                 P("fn", _draw, "callable"),
-                P("animate", "a", "choice"),
+                P("alt", ALT, "text"),
                 P("frames", 3, "int"),
-                P("grid", False, "bool"),
                 P("figsize", (2.0, 1.5), "object"),
                 P("a", viz.Slider(0.5, 2.0, 1.0), "object"),
                 P("shape", viz.Choice(("sine", "line")), "object"),
@@ -768,6 +768,7 @@ def _viz_cases() -> list[Case]:
                     {"a": viz.Slider(0.5, 2.0, 1.0), "shape": viz.Choice(("sine", "line"))},
                     "object",
                 ),
+                P("alt", ALT, "text"),
                 P("frames", 2, "int"),
                 P("figsize", (1.0, 1.0), "object"),
                 P("dpi", 20, "int"),

@@ -11,6 +11,8 @@ import pytest  # noqa: E402
 from lib import viz  # noqa: E402
 from lib.config import book_mode, book_scale, scaled  # noqa: E402
 
+ALT = "a curve whose amplitude and shape follow the sliders"
+
 
 def _draw(fig, *, amplitude, shape="sine", n=3):
     ax = fig.add_subplot()
@@ -23,14 +25,18 @@ def test_explore_test_mode_draws_one_frame_at_defaults(monkeypatch):
     monkeypatch.setenv("BOOK_MODE", "test")
     plt.close("all")
     viz.explore(
-        _draw, amplitude=viz.Slider(0.1, 10.0, 2.0, log=True), shape=["sine", "line"], n=(1, 5, 3)
+        _draw,
+        alt=ALT,
+        amplitude=viz.Slider(0.1, 10.0, 2.0, log=True),
+        shape=["sine", "line"],
+        n=(1, 5, 3),
     )
     (number,) = plt.get_fignums()
     assert plt.figure(number).axes[0].get_title() == "2 sine 3"
     plt.close("all")
 
 
-def test_explore_build_mode_renders_an_animation(monkeypatch):
+def test_explore_build_mode_shows_one_slider_per_parameter(monkeypatch):
     monkeypatch.setenv("BOOK_MODE", "build")
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
@@ -40,9 +46,11 @@ def test_explore_build_mode_renders_an_animation(monkeypatch):
         _draw(fig, **kw)
         titles.append(fig.axes[0].get_title())
 
-    viz.explore(draw, animate="n", frames=3, amplitude=(0.0, 1.0, 0.5), n=(1, 5, 3))
-    assert len(shown) == 1 and "<script" in shown[0].data
-    assert {"0.5 sine 1", "0.5 sine 3", "0.5 sine 5"} <= set(titles)
+    viz.explore(draw, alt=ALT, frames=3, amplitude=(0.0, 1.0, 0.5), n=(1, 5, 3))
+    (out,) = shown
+    assert 'data-parameters="amplitude|n"' in out.data and out.data.count('type="range"') == 2
+    assert f'alt="{ALT}"' in out.data
+    assert len(titles) == 9 and {"0.5 sine 1", "0 sine 5", "1 sine 3"} <= set(titles)
 
 
 def test_explore_live_mode_builds_widgets(monkeypatch):
@@ -50,7 +58,11 @@ def test_explore_live_mode_builds_widgets(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     viz.explore(
-        _draw, amplitude=viz.Slider(0.1, 10.0, 2.0, log=True), shape=["sine", "line"], n=(1, 5, 3)
+        _draw,
+        alt=ALT,
+        amplitude=viz.Slider(0.1, 10.0, 2.0, log=True),
+        shape=["sine", "line"],
+        n=(1, 5, 3),
     )
     import ipywidgets
 
@@ -74,11 +86,11 @@ def test_slider_frames():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: viz.explore(3, a=(0, 1, 0.5)),
-        lambda: viz.explore(_draw),
-        lambda: viz.explore(_draw, amplitude="big"),
-        lambda: viz.explore(_draw, animate="zzz", amplitude=(0, 1, 0.5)),
-        lambda: viz.explore(_draw, frames=1, amplitude=(0, 1, 0.5)),
+        lambda: viz.explore(3, alt=ALT, a=(0, 1, 0.5)),
+        lambda: viz.explore(_draw, alt=ALT),
+        lambda: viz.explore(_draw, alt=ALT, amplitude="big"),
+        lambda: viz.explore(_draw, alt="", amplitude=(0, 1, 0.5)),
+        lambda: viz.explore(_draw, alt=ALT, frames=1, amplitude=(0, 1, 0.5)),
         lambda: viz.Slider(1, 0, 0.5),
         lambda: viz.Slider(0, 1, 2),
         lambda: viz.Slider(0, 1, 0.5, log=True),
@@ -98,11 +110,12 @@ def test_slider_frames():
         lambda: viz.Slider(0.0, 1.0, 0.5, step=0.0),
         lambda: viz.Slider(0.0, 1.0, 0.5, step=np.nan),
         lambda: viz.Slider(0.0, 1.0, 0.5).frames(1.5),
-        lambda: viz.explore(_draw, figsize=(0, 3), amplitude=(0, 1, 0.5)),
-        lambda: viz.explore(_draw, frames=10**6, amplitude=(0, 1, 0.5)),
-        lambda: viz.slider_grid_html(None, {"a": viz.Choice((1, 2))}),
-        lambda: viz.slider_grid_html(_draw, "abc"),
-        lambda: viz.slider_grid_html(_draw, {"a": viz.Choice((1, 2))}, dpi=0),
+        lambda: viz.explore(_draw, alt=ALT, figsize=(0, 3), amplitude=(0, 1, 0.5)),
+        lambda: viz.explore(_draw, alt=ALT, frames=10**6, amplitude=(0, 1, 0.5)),
+        lambda: viz.slider_grid_html(None, {"a": viz.Choice((1, 2))}, alt=ALT),
+        lambda: viz.slider_grid_html(_draw, "abc", alt=ALT),
+        lambda: viz.slider_grid_html(_draw, {"a": viz.Choice((1, 2))}, alt=ALT, dpi=0),
+        lambda: viz.slider_grid_html(_draw, {"a": viz.Choice((1, 2))}, alt="figure"),
     ],
 )
 def test_bad_input(call):
@@ -132,15 +145,47 @@ def test_config(monkeypatch):
         book_mode()
 
 
-def test_table_formats_numbers_and_escapes_html(capsys):
-    from lib.viz import Table, _cell
+def test_table_formats_numbers_and_escapes_html(monkeypatch):
+    from lib.viz import Table, table
 
-    assert _cell(0.00127, 3) == "1.27e-03"
-    assert _cell(12.5, 3) == "12.5"
-    assert _cell(None, 3) == "" and _cell("x", 3) == "x"
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    table(["small", "plain", "text"], [[0.00127, 12.5, None], [0.5, 1.25, "x"]])
+    (out,) = shown
+    # one precision a column; e-notation as a power of ten; None as a dash
+    assert [row[0] for row in out.rows] == ["1.27\u00a0×\u00a010⁻³", "5.00\u00a0×\u00a010⁻¹"]
+    assert [row[1] for row in out.rows] == ["12.50", "1.25"]
+    assert [row[2] for row in out.rows] == ["—", "x"]
+    with pytest.raises(ValueError, match="finite"):
+        table(["a"], [[float("nan")]])
     rendered = Table(["|a_j|", "n"], [["x<y", "3"]])._repr_html_()
     assert "<th>|a_j|</th>" in rendered and "x&lt;y" in rendered
     assert repr(Table(["h"], [["value"]])).splitlines()[-1].strip() == "value"
+
+
+def test_figure_png_marks_its_smallest_text_and_half_size_width():
+    import struct
+
+    fig, ax = plt.subplots(figsize=(5.0, 2.0))
+    ax.plot([0, 1], [0, 1], label="line")
+    ax.legend(fontsize=7.5)
+    ax.set_xlabel("x", fontsize=12)
+    png, metadata = viz.figure_png(fig)
+    plt.close(fig)
+    chunks = {}
+    at = 8
+    while at < len(png):
+        (length,) = struct.unpack(">I", png[at : at + 4])
+        kind, data = png[at + 4 : at + 8], png[at + 8 : at + 8 + length]
+        if kind == b"tEXt":
+            key, value = data.split(b"\0", 1)
+            chunks[key.decode()] = value.decode()
+        at += 12 + length
+    assert chunks == {"book:min-font-pt": "7.5", "book:dpi": str(viz.FIGURE_DPI)}
+    width = struct.unpack(">I", png[16:20])[0]
+    # shown at 100 px per inch: half the pixels of a 200-dpi image (tight bbox: about 5 inches)
+    assert metadata["width"] == round(width * 100 / viz.FIGURE_DPI)
+    assert 400 < metadata["width"] < 560
 
 
 def test_table_rejects_ragged_rows():

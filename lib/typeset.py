@@ -1,0 +1,125 @@
+"""Numbers as the book prints them: one formatter for glued numbers, tables and slider labels.
+
+A number is formatted with a Python format spec, and any exponent is then written as a power of
+ten: ``2.1e+10`` becomes ``2.1 × 10¹⁰`` and ``4.8e-04`` becomes ``4.8 × 10⁻⁴`` (U+00D7, superscript
+digits, U+2212 for the minus, no-break spaces so that a number never wraps across lines); a zero
+exponent is dropped (``1.0e+00`` becomes ``1.0``). The same rewriting is applied to glued text
+on the built pages and in the downloadable notebooks (:func:`scientific`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from lib._checks import _describe
+
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+NBSP = "\u00a0"
+TIMES = f"{NBSP}×{NBSP}"
+MINUS = "\u2212"
+
+# An e-notation token: a mantissa (digits, optional decimals) then e/E and a signed exponent.
+# Not preceded by a letter, digit or dot, so identifiers such as "1e3x" or "v2e-1" are left alone.
+_E_TOKEN = re.compile(r"(?<![\w.])([+-]?\d+(?:\.\d*)?)[eE]([+-]?\d+)(?![\w.])")
+
+
+def _power(mantissa: str, exponent: str) -> str:
+    power = int(exponent)
+    sign = ""
+    if mantissa[0] in "+-":
+        sign, mantissa = (MINUS if mantissa[0] == "-" else ""), mantissa[1:]
+    if power == 0:
+        return sign + mantissa
+    if mantissa in ("1", "1.", "1.0") or re.fullmatch(r"1\.0+", mantissa):
+        body = f"10{str(power).translate(_SUPERSCRIPT)}"
+    else:
+        body = f"{mantissa}{TIMES}10{str(power).translate(_SUPERSCRIPT)}"
+    return sign + body
+
+
+def scientific(text: str) -> str:
+    """``text`` with every e-notation number written as a power of ten (see the module's doc).
+
+    ``scientific("4.8e-04 and 2.1e+10") == "4.8 × 10⁻⁴ and 2.1 × 10¹⁰"`` (with no-break spaces);
+    a mantissa of exactly 1 is dropped: ``"1e-06"`` becomes ``"10⁻⁶"``.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {_describe(text)}")
+    return _E_TOKEN.sub(lambda m: _power(m.group(1), m.group(2)), text)
+
+
+def _as_real(value, name: str) -> float | int:
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        value = value.item()  # numpy or torch scalar
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a real number, got {_describe(value)}")
+    return value
+
+
+def number(value, spec: str = "") -> str:
+    """``format(value, spec)`` with any exponent written as a power of ten.
+
+    Raises a ``ValueError`` for nan or inf: a page never prints them (a missing value is a bug to
+    fix where it is computed, not a number to show).
+    """
+    value = _as_real(value, "value")
+    if not isinstance(spec, str):
+        raise ValueError(f"spec must be a format spec string such as '.2f', got {_describe(spec)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"value must be finite to be printed, got {value}")
+    try:
+        text = format(value, spec)
+    except ValueError as error:
+        raise ValueError(f"spec {spec!r} cannot format {value!r}: {error}") from None
+    text = scientific(text)
+    return text.replace("-", MINUS) if text.startswith("-") else text
+
+
+def column(values: Sequence, digits: int = 3) -> list[str]:
+    """One column of a table, every number at the same precision.
+
+    If the column's non-zero magnitudes span [10⁻², 10⁴), every entry is written with the same
+    number of decimals, enough to show ``digits`` significant digits of the smallest non-zero one
+    (at most 6); otherwise every entry is written as m × 10ⁿ with ``digits`` significant digits.
+    Integers stay integers; strings and ``None`` (shown as an em dash) pass through.
+    """
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise ValueError(f"values must be a list of cells, got {_describe(values)}")
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
+        raise ValueError(f"digits must be an integer in [1, 17], got {_describe(digits)}")
+    floats = []
+    for v in values:
+        if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+            v = v.item()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise ValueError(f"a table cell must be finite, got {v}")
+            floats.append(abs(v))
+    nonzero = [v for v in floats if v != 0]
+    sci = bool(nonzero) and (min(nonzero) < 1e-2 or max(nonzero) >= 1e4)
+    if nonzero and not sci:
+        smallest = min(nonzero)
+        decimals = min(6, max(0, digits - 1 - math.floor(math.log10(smallest))))
+    else:
+        decimals = digits - 1
+    cells = []
+    for v in values:
+        if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+            v = v.item()
+        if v is None:
+            cells.append("—")
+        elif isinstance(v, str):
+            cells.append(v)
+        elif isinstance(v, (bool, np.bool_)):
+            cells.append(str(bool(v)))
+        elif isinstance(v, int):
+            cells.append(number(v))
+        elif isinstance(v, float):
+            cells.append(number(v, f".{digits - 1}e" if sci else f".{decimals}f"))
+        else:
+            raise ValueError(f"a table cell must be a number or a string, got {_describe(v)}")
+    return cells

@@ -1,0 +1,63 @@
+"""Cases of :mod:`lib.typeset` and :func:`lib.viz.figure_png` for the bad-input fuzz
+(``cases()``, see ``tests/api_cases.py``).
+
+The oracle of ``typeset.number`` reads the typeset text back into a float (undoing the power of
+ten) and compares it with ``float(format(value, spec))``: an accepted bad input that prints
+another number is a wrong answer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from api_cases import Arg, Case
+
+from lib import typeset, viz
+
+P = Arg  # short
+_FROM_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
+
+
+def read_back(text: str) -> float:
+    """The float that a typeset number shows ("2.1 × 10¹⁰" -> 2.1e10, "10⁻⁶" -> 1e-06)."""
+    text = text.replace("\u2212", "-").replace("\u00a0", " ")
+    if "10" in text and text.rstrip()[-1] in "⁰¹²³⁴⁵⁶⁷⁸⁹":
+        head, _, power = text.rpartition("10")
+        mantissa = head.replace("×", "").strip() or "1"
+        if mantissa in ("-", "+"):
+            mantissa += "1"
+        return float(mantissa) * 10 ** int(power.translate(_FROM_SUPERSCRIPT))
+    return float(text.replace(",", ""))
+
+
+def _oracle_number(result, value, spec=""):
+    expected = float(format(value, spec).replace(",", ""))
+    return math.isclose(read_back(result), expected, rel_tol=1e-12, abs_tol=0.0)
+
+
+def _oracle_column(result, values, digits=3):
+    return len(result) == len(values) and all(isinstance(cell, str) for cell in result)
+
+
+def _figure() -> object:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2.0, 1.0))
+    fig.add_subplot().set_title("t")
+    return fig
+
+
+def _figure_png(fig):
+    return viz.figure_png(fig)[1]["width"]
+
+
+def cases() -> list[Case]:
+    return [
+        Case("typeset.number", typeset.number,
+             [P("value", 2.1e10, "float"), P("spec", ".1e", "text")], oracle=_oracle_number),
+        Case("typeset.scientific", typeset.scientific, [P("text", "4.8e-04 and 3", "text")]),
+        Case("typeset.column", typeset.column,
+             [P("values", [0.00127, 12.5, None, "x"], "object"), P("digits", 3, "int")],
+             oracle=_oracle_column),
+        Case("viz.figure_png", _figure_png, [P("fig", _figure(), "object")], examples=4),
+    ]
