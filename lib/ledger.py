@@ -363,16 +363,15 @@ def compare(fresh: dict, committed: dict) -> list[str]:
 
 
 def _number(x: float, digits: int = 3) -> str:
-    """A number for a table: ``digits`` significant digits, powers of ten in LaTeX when small or
-    big (1.27 × 10⁻³, never 1.27e-03)."""
-    if x == 0:
-        return "0"
+    """A number for a table: ``digits`` significant digits, written by :mod:`lib.typeset` (powers
+    of ten as 1.27 × 10⁻³, never 1.27e-03), integers as integers."""
+    from lib import typeset
+
     if x == int(x) and abs(x) < 1e6:
-        return f"{int(x)}"
+        return typeset.number(int(x))
     if 1e-2 <= abs(x) < 1e4:
-        return f"{x:.{digits}g}"
-    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
-    return rf"${mantissa} \times 10^{{{int(exponent)}}}$"
+        return typeset.number(x, f".{digits}g")
+    return typeset.number(x, f".{digits - 1}e")
 
 
 def _ours_text(ours: dict) -> str:
