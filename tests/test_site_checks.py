@@ -1,0 +1,381 @@
+"""The site test's checks (tools/site_test.py): the pure logic, and one run in Chromium over a
+two-page site made here, with one fault of each kind the checks look for.
+
+The browser test is marked ``not_numerics`` (no arithmetic of lib) and is skipped where Debian's
+Chromium or the vendored MathJax (``make vendor``) is missing; the pure tests always run.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image, PngImagePlugin
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import site_test  # noqa: E402
+
+
+def png(width: int = 40, height: int = 20, **texts: str) -> bytes:
+    """A small PNG with the given tEXt chunks (keywords may not be Python names: pass a dict)."""
+    info = PngImagePlugin.PngInfo()
+    for key, value in texts.items():
+        info.add_text(key, value)
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), "white").save(out, "PNG", pnginfo=info)
+    return out.getvalue()
+
+
+def lib_viz_png(font_pt: str = "8", dpi: str = "200", width: int = 40) -> bytes:
+    """A PNG with lib.viz's two chunks."""
+    return png(width, 20, **{"book:min-font-pt": font_pt, "book:dpi": dpi})
+
+
+# ---- prose ----
+
+
+@pytest.mark.parametrize(
+    "text, what",
+    [
+        ("the loss is nan after 10 steps", "nan"),
+        ("the loss is NaN after 10 steps", "nan"),
+        ("the best step is None here", "None"),
+        ("a step of 4.8e-04 is enough", "raw e-notation"),
+        ("a step of 1e5 is enough", "raw e-notation"),
+        ("a step of 2.0E+10 is enough", "raw e-notation"),
+        ("a step of 12e-3 is enough", "raw e-notation"),
+    ],
+)
+def test_prose_problems_find_each_kind(text, what):
+    found = site_test.prose_problems(text)
+    assert len(found) == 1 and found[0].startswith(what)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "none of the seeds diverged",  # English, lowercase
+        "None of the seeds diverged.",  # English, at the start of a sentence
+        "Nonetheless the nanoscale banana",  # words that contain the letters
+        "a step of 4.8 × 10⁻⁴ is enough",  # typeset by lib/typeset.py
+        "see e.g. section 3e, and 1 e 5",  # no digit-e-digit token
+        "the model x1e5 and 0xe5",  # not a number on its own
+    ],
+)
+def test_prose_problems_leave_good_text_alone(text):
+    assert site_test.prose_problems(text) == []
+
+
+def test_prose_problems_context_and_order():
+    text = "a" * 50 + " nan " + "b" * 50 + " 3e-5 " + "c" * 50
+    found = site_test.prose_problems(text, context=30)
+    assert [f.split(" in the text")[0] for f in found] == ["nan", "raw e-notation"]
+    assert found[0] == f"nan in the text: ...{'a' * 29} nan {'b' * 29}..."
+
+
+# ---- alt text ----
+
+
+@pytest.mark.parametrize(
+    "alt, why",
+    [
+        (None, "no alt text"),
+        ("   ", "no alt text"),
+        ("../_images/9cbf2f82b535989bf8cbe799cf84bcde.png", "file name"),
+        ("9cbf2f82b535989bf8cbe799cf84bcde", "file name"),
+        ("figure.svg", "file name"),
+        ("_images/plot", "file name"),
+        ("Image", "placeholder"),
+        ("figure for the chosen parameter values", "placeholder"),
+        ("loss against time", "fewer than 4 words"),
+    ],
+)
+def test_alt_problem_rejects(alt, why):
+    assert why in site_test.alt_problem(alt)
+
+
+def test_alt_problem_accepts_a_caption():
+    assert site_test.alt_problem("The loss falls in plateaus separated by sharp drops.") is None
+
+
+# ---- PNG text chunks and the displayed size of a figure's text ----
+
+
+def test_png_text_chunks_reads_text_ztxt_and_itxt():
+    info = PngImagePlugin.PngInfo()
+    info.add_text("book:min-font-pt", "7.5")
+    info.add_text("book:dpi", "200", zip=True)  # zTXt
+    info.add_itxt("note", "µ and ×", lang="en", tkey="Note")  # iTXt, UTF-8
+    info.add_itxt("packed", "x" * 100, zip=True)
+    out = io.BytesIO()
+    Image.new("L", (4, 4)).save(out, "PNG", pnginfo=info)
+    chunks = site_test.png_text_chunks(out.getvalue())
+    assert chunks["book:min-font-pt"] == "7.5"
+    assert chunks["book:dpi"] == "200"
+    assert chunks["note"] == "µ and ×"
+    assert chunks["packed"] == "x" * 100
+
+
+def test_png_text_chunks_without_chunks_and_not_png():
+    assert "book:dpi" not in site_test.png_text_chunks(png())
+    with pytest.raises(ValueError, match="not a PNG"):
+        site_test.png_text_chunks(b"GIF89a....")
+
+
+def test_png_text_chunks_stops_at_a_truncated_file():
+    data = lib_viz_png()
+    assert site_test.png_text_chunks(data[:40]) == {}  # cut inside the IHDR's successor
+
+
+def test_png_bytes_from_data_uri_file_and_other(tmp_path):
+    data = lib_viz_png()
+    base = "http://127.0.0.1:8000/"
+    uri = "data:image/png;base64," + base64.b64encode(data).decode()
+    assert site_test.png_bytes(uri, base, tmp_path) == data
+    assert site_test.png_bytes("data:image/jpeg;base64,AAAA", base, tmp_path) is None
+    (tmp_path / "_images").mkdir()
+    (tmp_path / "_images" / "a b.png").write_bytes(data)
+    assert site_test.png_bytes(base + "_images/a%20b.png", base, tmp_path) == data
+    assert site_test.png_bytes(base + "_images/missing.png", base, tmp_path) is None
+    assert site_test.png_bytes(base + "_images/logo.svg", base, tmp_path) is None
+    assert site_test.png_bytes("https://example.org/x.png", base, tmp_path) is None
+
+
+def test_displayed_font_px_formula():
+    # 9 pt = 1/8 inch = 25 image pixels at 200 dpi; the image shown at 0.4 of its natural width
+    assert site_test.displayed_font_px(9, 200, 400, 1000) == pytest.approx(10.0, rel=1e-12)
+    # shown at natural size: points to pixels at the image's dpi
+    assert site_test.displayed_font_px(7.2, 100, 640, 640) == pytest.approx(10.0, rel=1e-12)
+    with pytest.raises(ValueError, match="natural_width"):
+        site_test.displayed_font_px(9, 200, 400, 0)
+
+
+def test_figure_font_px_needs_both_chunks():
+    with pytest.raises(ValueError, match="book:min-font-pt and no book:dpi"):
+        site_test.figure_font_px({}, 100, 100)
+    with pytest.raises(ValueError, match="book:dpi"):
+        site_test.figure_font_px({"book:min-font-pt": "8"}, 100, 100)
+    with pytest.raises(ValueError, match="unreadable"):
+        site_test.figure_font_px({"book:min-font-pt": "eight", "book:dpi": "200"}, 100, 100)
+    chunks = {"book:min-font-pt": "9", "book:dpi": "200"}
+    assert site_test.figure_font_px(chunks, 400, 1000) == pytest.approx(10.0, rel=1e-12)
+
+
+def test_check_images_thresholds(tmp_path):
+    base = "http://127.0.0.1:8000/"
+    pngs = site_test.Pngs(tmp_path, base)
+    uri = "data:image/png;base64," + base64.b64encode(lib_viz_png("9", "200")).decode()
+    bare = "data:image/png;base64," + base64.b64encode(png()).decode()
+
+    def image(src, width, natural=1000, alt="a plot of the loss against time"):
+        return {"name": "figure 1", "src": src, "alt": alt, "width": width, "natural": natural}
+
+    # 9 pt at 200 dpi, 1000 px natural: 10 px at 400 CSS px, 9 px at 360
+    assert site_test.check_images([image(uri, 400)], pngs, True, 1280).failures == []
+    small = site_test.check_images([image(uri, 360)], pngs, True, 1280)
+    assert len(small.failures) == 1 and "9.0 px" in small.failures[0]
+    # at 390 px: information only, below 7 px
+    phone = site_test.check_images([image(uri, 250)], pngs, True, 390)
+    assert phone.failures == [] and len(phone.notes) == 1
+    assert site_test.check_images([image(uri, 360)], pngs, True, 390).notes == []
+    # no chunks: a failure on a chapter page only; alt text judged at 1280 only
+    assert (
+        "not made by lib.viz"
+        in site_test.check_images([image(bare, 400)], pngs, True, 1280).failures[0]
+    )
+    assert site_test.check_images([image(bare, 400)], pngs, False, 1280).failures == []
+    assert len(site_test.check_images([image(uri, 400, alt="")], pngs, True, 1280).failures) == 1
+    assert site_test.check_images([image(uri, 400, alt="")], pngs, True, 390).failures == []
+
+
+# ---- explorations ----
+
+
+def test_exploration_problems():
+    check = site_test.exploration_problems
+    assert check("relative gap|depth", ["relative gap", "depth"], ["Relative  gap", "depth"]) == []
+    assert check("relative gap|depth", ["relative gap", "depth"], ["depth", "depth"]) == [
+        "sliders not marked {.param} in the text before it: ['relative gap']"
+    ]
+    extra = check("depth", ["depth"], ["depth", "width"])
+    assert extra == ["marked {.param} in the text before it but no slider: ['width']"]
+    assert "do not match its data-parameters" in check("a|b", ["a"], ["a"])[0]
+    assert check(None, ["a"], ["a"]) == ["no data-parameters attribute"]
+
+
+# ---- equations and the allowlist ----
+
+
+def overflow(page="book/a.html", viewport=390, tex=r"\begin{split} x = y \end{split}"):
+    return site_test.Overflow(page, viewport, "(1.1)", tex, 500.0, 300.0)
+
+
+def test_overflows_of_uses_one_pixel_of_slack():
+    eqs = [
+        {"label": "a", "tex": "a", "rendered": 301.0, "column": 300.0},  # rounding
+        {"label": "b", "tex": "b", "rendered": 301.5, "column": 300.0},
+        {"label": "c", "tex": "c", "rendered": 200.0, "column": 300.0},
+    ]
+    assert [o.label for o in site_test.overflows_of(eqs, "p.html", 1280)] == ["b"]
+
+
+def test_split_overflows_allowed_unallowed_and_stale():
+    entry = site_test.Allowed("book/a.html", 390, r"\begin{split}  x =", "a cases block")
+    other_page = site_test.Allowed("book/b.html", 390, r"\begin{split}", "gone")
+    other_width = site_test.Allowed("book/a.html", 1280, r"\begin{split}", "only at 390")
+    over = overflow()
+    unallowed = overflow(tex=r"\sum_i x_i")
+    bad, stale = site_test.split_overflows([over, unallowed], [entry, other_page, other_width])
+    assert bad == [unallowed]
+    assert stale == [other_page, other_width]
+    assert "column 300 px" in over.message() and "(1.1) at 390 px is 500 px wide" in over.message()
+
+
+def test_load_allowlist(tmp_path):
+    path = tmp_path / "allow.json"
+    assert site_test.load_allowlist(path) == []  # no file: nothing allowed
+    good = {"page": "book/a.html", "viewport": 390, "tex_prefix": r"\sum", "reason": "a sum"}
+    path.write_text(json.dumps([good]))
+    assert site_test.load_allowlist(path) == [
+        site_test.Allowed("book/a.html", 390, r"\sum", "a sum")
+    ]
+    for bad, match in [
+        ({**good, "viewport": 800}, "viewport must be 1280 or 390"),
+        ({**good, "reason": " "}, "non-empty"),
+        ({k: v for k, v in good.items() if k != "reason"}, "exactly the keys"),
+    ]:
+        path.write_text(json.dumps([bad]))
+        with pytest.raises(ValueError, match=match):
+            site_test.load_allowlist(path)
+    path.write_text(json.dumps(good))
+    with pytest.raises(ValueError, match="JSON list"):
+        site_test.load_allowlist(path)
+
+
+def test_the_book_allowlist_is_well_formed():
+    for entry in site_test.load_allowlist(site_test.ALLOWLIST):
+        assert entry.page.endswith(".html") and len(entry.reason.split()) >= 3
+
+
+# ---- one run in Chromium over a small site with one fault of each kind ----
+
+MATHJAX = ROOT / ".vendor" / "static" / "mathjax"
+WIDE_TEX = " + ".join(f"a_{{{i}}} b_{{{i}}}" for i in range(40))
+
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>t</title>
+<style>
+@font-face {{ font-family: Gone; src: url(../_static/gone.woff2) format("woff2"); }}
+.bd-article {{ max-width: 700px; }}
+.odd {{ font-family: Gone; }}
+</style>
+<script defer src="../_static/mathjax/tex-chtml.js"></script>
+</head><body>
+<main><article class="bd-article">
+<h2>Section</h2>
+<p class="odd">The loss is nan and the step 4.8e-04, the code <code>1e-5</code> is fine.</p>
+<p>With <span class="param">depth</span> and <span class="param">width</span>:</p>
+<div class="math notranslate nohighlight">\\[{wide}\\]</div>
+<div class="math notranslate nohighlight">\\[x = 1\\]</div>
+<figure id="good"><img alt="a flat white test image of the page" src="{good}">
+<figcaption>A caption.</figcaption></figure>
+<figure id="bare"><img alt="../_images/0123456789abcdef0123.png" src="{bare}">
+<figcaption>Another caption.</figcaption></figure>
+<div class="slider-grid" data-parameters="depth"><img alt="the grid image for depth"
+ src="{good}"><input type="range" name="depth" min="0" max="1" value="0"></div>
+<script>
+const grid = document.querySelector('.slider-grid');
+grid.querySelector('input').addEventListener('input', (e) => {{
+  grid.querySelector('img').src = e.target.value === '1' ? '{bare}' : '{good}';
+}});
+</script>
+</article></main>
+<footer>{footer}</footer>
+</body></html>
+"""
+
+
+def small_site(root: Path, *, pdf: bool = True) -> Path:
+    """A site of one redirect and two pages (book/chapter.html, book/other.html)."""
+    site = root / "html"
+    (site / "book").mkdir(parents=True)
+    (site / "_static").mkdir()
+    (site / "_static" / "mathjax").symlink_to(MATHJAX)
+    (site / "index.html").write_text(
+        '<meta http-equiv="Refresh" content="0; url=book/chapter.html" />'
+    )
+    good = "data:image/png;base64," + base64.b64encode(lib_viz_png("9", "200", 300)).decode()
+    bare = "data:image/png;base64," + base64.b64encode(png(300, 20)).decode()
+    link = '<a href="../book.pdf">The whole book as one PDF</a>'
+    for name, footer in (("chapter", link), ("other", "")):
+        html = PAGE.format(wide=WIDE_TEX, good=good, bare=bare, footer=footer)
+        (site / "book" / f"{name}.html").write_text(html)
+    if pdf:
+        (site / "book.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")
+    return site
+
+
+@pytest.mark.not_numerics
+def test_run_in_chromium_finds_each_fault(tmp_path):
+    if not (shutil.which("chromium") and (MATHJAX / "tex-chtml.js").is_file()):
+        pytest.skip("needs Debian's Chromium and the vendored MathJax (make vendor)")
+    pytest.importorskip("playwright")
+    site = small_site(tmp_path)
+    allow = tmp_path / "allow.json"
+    allow.write_text(
+        json.dumps(
+            [
+                {
+                    "page": "book/other.html",
+                    "viewport": 390,
+                    "tex_prefix": "a_{0} b_{0}",
+                    "reason": "a test of an allowed overflow",
+                },
+                {
+                    "page": "book/other.html",
+                    "viewport": 390,
+                    "tex_prefix": "x = 2",
+                    "reason": "a test of a stale entry",
+                },
+            ]
+        )
+    )
+    results = site_test.run(site, allow, shots=tmp_path / "shots")
+    chapter = "\n".join(results["book/chapter.html"].failures)
+    other = "\n".join(results["book/other.html"].failures)
+    assert results["index.html"].failures == []
+    assert results["book.pdf"].failures == []
+    # prose, outside code
+    assert "nan in the text" in chapter and "the step 4.8e-04, the code is" in chapter
+    assert "1e-5" not in chapter
+    # a file of the site that the page asked for and that is missing (a font, loaded late)
+    assert "HTTP 404 for " in chapter and "gone.woff2" in chapter
+    # the wide equation overflows at both widths; on the other page the allowlist admits it at
+    # 390 px only, and its second entry names nothing
+    assert chapter.count("px wide, its column") == 2
+    assert other.count("px wide, its column") == 1 and "at 1280 px" in other
+    assert "stale entry" in other and "x = 2" in other
+    # alt text, lib.viz's chunks, the explorations' marks, the footer's link
+    assert "alt text is a file name" in chapter
+    assert "(#good)" not in chapter  # the good figure: 9 pt * 200/72 * 300 px/300 px = 25 px
+    assert "no book:min-font-pt" not in chapter  # not a chapter page: no notebook link
+    assert "marked {.param} in the text before it but no slider: ['width']" in chapter
+    assert "no link to book.pdf in the footer" in other
+    assert "no link to book.pdf" not in chapter
+    assert (tmp_path / "shots" / "book__chapter-390.png").is_file()
+
+
+def test_check_pdf(tmp_path):
+    site = small_site(tmp_path, pdf=False)
+    assert site_test.check_pdf(site) == [
+        "book.pdf is not in the site (tools/pdf.py makes it after the HTML build)"
+    ]
+    (site / "book.pdf").write_text("<html>not found</html>")
+    assert "not a PDF" in site_test.check_pdf(site)[0]
