@@ -2,7 +2,8 @@
 # file makes later runs instant, until requirements-lock.txt or pyproject.toml changes).
 #
 #   make book      execute every chapter and build the HTML book in _build/html (warnings are errors)
-#   make site-test build the book, then test it offline in headless Chromium (screenshots in _build/site-test)
+#   make pdf       build the book, then print it as one PDF, _build/html/book.pdf (the footer's PDF link)
+#   make site-test build the book and its PDF, then test it offline in headless Chromium (screenshots in _build/site-test)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
 #   make test-portable  the unit tests under portable kernels and two threads (as other machines)
 #   make full      execute every chapter at BOOK_SCALE=full (the larger settings), with timings
@@ -28,7 +29,7 @@ LEDGER_DIR := _build/ledger
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-.PHONY: help venv setup vendor test test-portable full book site-test student grade lint bench ledger reproduce clean lock
+.PHONY: help venv setup vendor test test-portable full book pdf site-test student grade lint bench ledger reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -77,21 +78,35 @@ full: export BOOK_SCALE = full
 full: $(STAMP)
 	$(call run-chapters,1800)
 
-# MathJax 3 from a pinned npm package, unpacked into the git-ignored .vendor/static/ and copied
-# into the book's _static/ by Sphinx (html_static_path and mathjax_path in _config.yml): math is
-# typeset without a network. The tarball's checksum is checked, so every build serves the same files.
-MATHJAX_VERSION := 3.2.2
-MATHJAX_SHA256 := 1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
-MATHJAX := .vendor/static/mathjax/.version-$(MATHJAX_VERSION)
+# MathJax 3 without npm: the PyPI wheel django-static-mathjax 3.2.2.1 carries MathJax 3.2.2's es5
+# build. The venv's pip downloads it (its sha256 is checked, so every build serves the same
+# files), and only the files that the pages load are copied into the git-ignored
+# .vendor/static/mathjax/, which Sphinx copies into the book's _static/ (html_static_path and
+# mathjax_path in _config.yml): math is typeset without a network. Those files are tex-chtml.js,
+# the TeX extensions that the chapters' TeX makes MathJax autoload (MATHJAX_EXTENSIONS: a page
+# that requests one not listed fails `make site-test`, which names it; add it here), every CHTML
+# woff-v2 font (which fonts a page requests depends on the glyphs it draws, so all 23 are shipped)
+# and MathJax's licence: 26 files, 1.6 MB of the 24 MB distribution.
+MATHJAX_VERSION := 3.2.2.1
+MATHJAX_WHEEL := django_static_mathjax-$(MATHJAX_VERSION)-py3-none-any.whl
+MATHJAX_SHA256 := 05ad109fd9e5d9d380c76389689b7f523e9ccb7f7a85c1eb962c7564eac7601d
+MATHJAX_EXTENSIONS := boldsymbol
+MATHJAX_ES5 := .vendor/tmp/wheel/mathjax/static/mathjax/es5
+empty :=
+space := $(empty) $(empty)
+MATHJAX := .vendor/static/mathjax/.files-$(MATHJAX_VERSION)-$(subst $(space),-,$(strip $(MATHJAX_EXTENSIONS)))
 vendor: $(MATHJAX)
-$(MATHJAX):
-	@command -v npm > /dev/null || { echo "make: npm is needed to fetch MathJax $(MATHJAX_VERSION): apt-get install -y npm"; exit 1; }
+$(MATHJAX): | $(STAMP)
 	rm -rf .vendor/static/mathjax .vendor/tmp
-	mkdir -p .vendor/tmp .vendor/static
-	cd .vendor/tmp && npm pack --silent mathjax@$(MATHJAX_VERSION) > /dev/null
-	echo "$(MATHJAX_SHA256)  .vendor/tmp/mathjax-$(MATHJAX_VERSION).tgz" | sha256sum --check --quiet
-	tar -xzf .vendor/tmp/mathjax-$(MATHJAX_VERSION).tgz -C .vendor/tmp
-	mv .vendor/tmp/package/es5 .vendor/static/mathjax
+	mkdir -p .vendor/tmp .vendor/static/mathjax/input/tex/extensions .vendor/static/mathjax/output/chtml/fonts
+	$(BIN)/pip download --quiet --progress-bar off --no-deps --dest .vendor/tmp django-static-mathjax==$(MATHJAX_VERSION)
+	echo "$(MATHJAX_SHA256)  .vendor/tmp/$(MATHJAX_WHEEL)" | sha256sum --check --quiet
+	$(BIN)/python -m zipfile -e .vendor/tmp/$(MATHJAX_WHEEL) .vendor/tmp/wheel
+	cp $(MATHJAX_ES5)/tex-chtml.js $(MATHJAX_ES5)/../LICENSE .vendor/static/mathjax/
+	cp -r $(MATHJAX_ES5)/output/chtml/fonts/woff-v2 .vendor/static/mathjax/output/chtml/fonts/
+	for name in $(MATHJAX_EXTENSIONS); do \
+	  cp $(MATHJAX_ES5)/input/tex/extensions/$$name.js .vendor/static/mathjax/input/tex/extensions/; \
+	done
 	rm -rf .vendor/tmp
 	touch $@
 
@@ -108,8 +123,10 @@ test-portable: $(STAMP)
 	@echo "== unit tests with OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2"
 	OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 $(PORTABLE_PYTEST)
 
+# The site's copy of MathJax is removed first, so that it holds exactly the vendored files (Sphinx
+# never deletes a static file it copied before).
 book: $(STAMP) $(MATHJAX)
-	rm -rf $(LEDGER_DIR)
+	rm -rf $(LEDGER_DIR) _build/html/_static/mathjax
 	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
 	$(BIN)/python tools/ledger.py check --executed-only
 	@echo "The book is in _build/html/index.html"
@@ -118,8 +135,14 @@ book: $(STAMP) $(MATHJAX)
 # and root), with every request for another host blocked: math typeset, figures, animations and
 # sliders, collapsed solutions, notebook links, no console errors (tools/site_test.py). To test a
 # book built elsewhere without rebuilding: .venv/bin/python tools/site_test.py PATH/TO/html
-site-test: book
+# (after `make pdf`, so that the footer's PDF link resolves)
+site-test: pdf
 	$(BIN)/python tools/site_test.py _build/html
+
+# The whole book as one PDF, _build/html/book.pdf, where every page's footer links to it:
+# tools/pdf.py builds the single-page site and prints it with Debian's Chromium.
+pdf: book
+	$(RUN) $(BIN)/python tools/pdf.py
 
 # The course: book/assignments/*.md (tools/assignments.py, book/course.md). make student: the
 # student notebooks (otter-grader), with STUDENTS=<roster> one per student with their own
