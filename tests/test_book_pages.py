@@ -1,0 +1,260 @@
+"""Tests of tools/book_pages.py (citation labels, alt text, glued text, footer) and of the
+book's citation metadata (CITATION.cff, the intro's BibTeX block)."""
+
+import datetime as dt
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from docutils import nodes
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import book_pages  # noqa: E402
+
+pybtex_database = pytest.importorskip("pybtex.database")
+pybtex_plugin = pytest.importorskip("pybtex.plugin")
+bibtex_plugin = pytest.importorskip("sphinxcontrib.bibtex.plugin")
+from sphinxcontrib.bibtex.style.referencing import format_references  # noqa: E402
+from sphinxcontrib.bibtex.style.template import SphinxReferenceInfo  # noqa: E402
+
+BIB = ROOT / "book" / "references.bib"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return pybtex_database.parse_file(BIB).entries
+
+
+@pytest.fixture
+def styles(entries, monkeypatch):
+    """The registered styles, with the book's .bib file as the label style's universe."""
+    book_pages.register_citation_styles()
+    monkeypatch.setattr(book_pages.AuthorYearLabelStyle, "universe", dict(entries))
+    formatting = pybtex_plugin.find_plugin("pybtex.style.formatting", book_pages.STYLE)()
+    referencing = bibtex_plugin.find_plugin(
+        "sphinxcontrib.bibtex.style.referencing", book_pages.STYLE
+    )()
+    return formatting, referencing
+
+
+# --- citation labels ------------------------------------------------------------------------------
+
+
+def test_labels_of_the_books_bibliography(entries):
+    labels = book_pages.author_year_labels(entries.values())
+    assert labels["elkabetz2021continuous"] == "Elkabetz and Cohen, 2021"
+    assert labels["krizhevsky2009learning"] == "Krizhevsky, 2009"
+    assert labels["cohenkarlik2023learning"] == "Cohen-Karlik et al., 2023"
+    # two entries with the same authors and year: letters in the .bib file's order
+    assert labels["slutzky2025implicit"] == "Slutzky et al., 2025a"
+    assert labels["slutzky2025code"] == "Slutzky et al., 2025b"
+    assert labels["gu2022efficiently"] == "Gu et al., 2022a"
+    assert labels["gu2022parameterization"] == "Gu et al., 2022b"
+    # every entry has one label, no two entries share one, each ends with its year (+ letter)
+    assert set(labels) == set(entries)
+    assert len(set(labels.values())) == len(labels)
+    for key, label in labels.items():
+        year = label.rsplit(", ", 1)[-1]
+        assert re.fullmatch(re.escape(entries[key].fields["year"]) + "[a-z]?", year), label
+
+
+def test_a_letter_means_the_same_entry_in_every_list(styles, entries):
+    """A chapter's list holds only its citations; the letters still come from the whole file."""
+    formatting, _ = styles
+    one = list(formatting.sort([entries["slutzky2025code"], entries["elkabetz2021continuous"]]))
+    labels = dict(zip([e.key for e in one], formatting.format_labels(one), strict=True))
+    assert labels == {
+        "slutzky2025code": "Slutzky et al., 2025b",
+        "elkabetz2021continuous": "Elkabetz and Cohen, 2021",
+    }
+
+
+def test_without_a_universe_the_list_alone_decides(entries, monkeypatch):
+    monkeypatch.setattr(book_pages.AuthorYearLabelStyle, "universe", {})
+    labels = list(book_pages.AuthorYearLabelStyle().format_labels([entries["slutzky2025code"]]))
+    assert labels == ["Slutzky et al., 2025"]
+
+
+def _plain(text) -> str:
+    """Rich text (with sphinxcontrib-bibtex's reference parts) as plain text."""
+    return "".join(_plain(p) for p in text.parts) if hasattr(text, "parts") else str(text)
+
+
+@pytest.mark.parametrize("key", ["slutzky2025implicit", "gu2022parameterization",
+                                 "elkabetz2021continuous", "bach2017breaking"])
+def test_in_text_citations_carry_the_list_label(styles, entries, key):
+    formatting, referencing = styles
+    (entry,) = formatting.sort([entries[key]])
+    (formatted,) = formatting.format_entries([entry])
+    info = SphinxReferenceInfo(builder=None, fromdocname="p", todocname="p", citation_id="c",
+                               title=None, pre_text="", post_text="")
+    parenthetical = _plain(format_references(referencing, "p", [(entry, formatted, info)]))
+    textual = _plain(format_references(referencing, "t", [(entry, formatted, info)]))
+    assert parenthetical == f"[{formatted.label}]"
+    authors, year = formatted.label.rsplit(", ", 1)
+    assert textual == f"{authors} [{year}]"
+
+
+def test_the_config_uses_the_registered_styles():
+    config = CONFIG["sphinx"]["config"]
+    assert config["bibtex_default_style"] == book_pages.STYLE
+    assert config["bibtex_reference_style"] == book_pages.STYLE
+    assert CONFIG["sphinx"]["local_extensions"]["book_pages"] == "tools/"
+
+
+# --- alt text -------------------------------------------------------------------------------------
+
+
+def test_alt_from_a_short_caption_is_the_caption():
+    caption = "Impulse responses h_k = \\sum_j c_j b_j a_j^k\n  of three   diagonal SSMs."
+    assert book_pages.alt_from_caption(caption) == (
+        "Impulse responses h_k = \\sum_j c_j b_j a_j^k of three diagonal SSMs."
+    )
+
+
+def test_alt_from_a_long_caption_is_its_first_sentence():
+    first = "Loss against time for " + "the four initializations of the flow, " * 3 + "end."
+    caption = first + " Slowly decaying poles give long memory. " + "More words here. " * 20
+    assert len(caption) > book_pages.ALT_LIMIT >= len(first)
+    assert book_pages.alt_from_caption(caption) == first
+
+
+def test_alt_from_one_long_sentence_is_cut_at_a_word():
+    caption = "word " * 200
+    alt = book_pages.alt_from_caption(caption)
+    assert len(alt) <= book_pages.ALT_LIMIT and alt.endswith("word…")
+
+
+@pytest.mark.parametrize("alt, uri, placeholder", [
+    (None, "a.png", True),
+    ("", "a.png", True),
+    ("   ", "a.png", True),
+    ("../_images/7a53506311c5.png", "../_images/7a53506311c5.png", True),
+    ("_build/jupyter_execute/abc.png", "x/abc.png", True),
+    ("figures/loss.svg", "", True),
+    ("7a53506311c514296aab1ace80ecf9b2", "", True),
+    ("Loss of the flow against time", "a.png", False),
+    ("Figure 2 of the paper, redrawn", "fig2.png", False),
+])
+def test_alt_is_placeholder(alt, uri, placeholder):
+    assert book_pages.alt_is_placeholder(alt, uri) is placeholder
+
+
+# --- glued text -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, token", [
+    ("nan", "nan"), ("NaN", "NaN"), ("-inf", "-inf"), ("None", "None"), ("0.5 ± nan", "nan"),
+    ("none", None), ("inside", None), ("infinite", None), ("4.8e-04", None), ("banana", None),
+    ("Nonetheless", None),
+])
+def test_bad_glued_text(text, token):
+    assert book_pages.bad_glued_text(text) == token
+
+
+@pytest.mark.parametrize("role, key", [
+    ("small:.1e", "small"), ("small", "small"), ("other::small:.2f", "small"),
+    ("other::small", "small"),
+])
+def test_glue_key(role, key):
+    assert book_pages.glue_key(role) == key
+
+
+def _document_with_glue(*texts: str) -> nodes.document:
+    document = new_document("test", get_default_settings(Parser))
+    paragraph = nodes.paragraph()
+    for text in texts:
+        paragraph += nodes.inline(text, text, classes=["pasted-text"], glue_key=f"k{len(text)}")
+        paragraph += nodes.Text(" and 1e-3 outside glue ")
+    document += paragraph
+    return document
+
+
+def test_glued_numbers_are_typeset_and_nan_reported():
+    pytest.importorskip("lib.typeset")
+    document = _document_with_glue("4.8e-04", "nan", "2.1e+10")
+    bad = book_pages.typeset_glued_text(document)
+    glued = [n.astext() for n in document.findall(nodes.inline)]
+    assert glued == ["4.8\u00a0×\u00a010⁻⁴", "nan", "2.1\u00a0×\u00a010¹⁰"]
+    assert [(node["glue_key"], token) for node, token in bad] == [("k3", "nan")]
+    assert "1e-3 outside glue" in document.astext()  # only glued text is rewritten
+
+
+# --- footer ---------------------------------------------------------------------------------------
+
+
+def test_footer_links_and_marks():
+    info = {"date": "2026-01-02 03:04 UTC", "iso": "2026-01-02T03:04Z", "commit": "a" * 40,
+            "short": "aaaaaaa", "dirty": True}
+    footer = book_pages.footer_html(info, pdf_url="../book.pdf", cite_url="intro.html#cite",
+                                    repository_url="https://github.com/o/n")
+    for part in ('href="../book.pdf">PDF</a>', 'href="intro.html#cite">Cite</a>',
+                 "2026-01-02 03:04 UTC", "<code>aaaaaaa</code>", "uncommitted changes",
+                 "CC BY 4.0", 'href="https://github.com/o/n/blob/main/LICENSE"', ">MIT<"):
+        assert part in footer
+    clean = book_pages.footer_html({**info, "dirty": False}, pdf_url="p", cite_url="c",
+                                   repository_url="r")
+    assert "uncommitted" not in clean
+    unknown = book_pages.footer_html({**info, "commit": None, "short": None}, pdf_url="p",
+                                     cite_url="c", repository_url="r")
+    assert "commit unknown" in unknown
+
+
+def test_build_info_of_this_repository(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767323040")  # 2026-01-02 03:04 UTC
+    info = book_pages.build_info(ROOT)
+    assert info["date"] == "2026-01-02 03:04 UTC"
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    head = subprocess.run([git, "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert info["commit"] == head and info["short"] == head[:7]
+    assert isinstance(info["dirty"], bool)
+
+
+# --- CITATION.cff and the intro's BibTeX block ----------------------------------------------------
+
+CFF_KEYS = ("cff-version", "message", "title", "authors", "version", "date-released", "license",
+            "repository-code")
+
+
+@pytest.fixture(scope="module")
+def cff():
+    return yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+
+
+def test_citation_cff_has_the_required_keys(cff):
+    for key in CFF_KEYS:
+        assert cff.get(key), key
+    assert cff["cff-version"] == "1.2.0"
+    assert cff["authors"] == [{"name": "The Implicit Bias Book team"}]  # an entity
+    dt.date.fromisoformat(cff["date-released"])  # a quoted ISO date, as CFF wants
+    assert {"MIT", "CC-BY-4.0"} <= set(cff["license"])
+    assert cff["repository-code"] == CONFIG["repository"]["url"]
+    assert cff["title"] == CONFIG["title"]
+    assert cff["preferred-citation"]["type"] == "book"
+    assert cff["preferred-citation"]["year"] == dt.date.fromisoformat(cff["date-released"]).year
+
+
+def test_the_intro_cites_the_book_as_citation_cff_does(cff):
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "## Cite this book" in intro  # the footer's Cite link: #cite-this-book
+    block = re.search(r"```bibtex\n(@(book|misc)\{.*?\n\})\n```", intro, re.S)
+    assert block, "the intro has a BibTeX block with a @book or @misc entry"
+    bibtex = block.group(1)
+    year = re.search(r"year\s*=\s*\{(\d{4})\}", bibtex).group(1)
+    assert int(year) == cff["preferred-citation"]["year"]
+    assert f"url       = {{{cff['url']}}}" in bibtex
+    assert " ".join(cff["title"].split()) in " ".join(bibtex.split())
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")

@@ -1,0 +1,417 @@
+"""A Sphinx extension for what every page of the book shows a reader.
+
+Loaded by ``_config.yml`` next to ``book_site`` (``sphinx: local_extensions``). Its jobs:
+
+1. **Glued numbers.** Every glued inline text (MyST-NB's ``{glue:text}``, rendered as an inline
+   node of class ``pasted-text``) is rewritten with :func:`lib.typeset.scientific`, so that
+   ``4.8e-04`` reads ``4.8 × 10⁻⁴``; ``book/_static/book.css`` shows it in the weight of the text
+   around it (MyST-NB makes it bold). A glued ``nan``, ``inf`` or ``None`` is a Sphinx warning
+   that names the glue key and the page, so the build (``-W``) fails.
+2. **Alt text from captions.** An image inside a figure with a caption (a code cell with
+   ``mystnb: figure: caption:``, or a ``{figure}`` directive) whose alt text is missing, or only
+   a file name or a hash, gets the caption's plain text as its alt text (TeX as written, cut to
+   its first sentence, or to about 250 characters, when longer).
+3. **Author-year citation labels.** The text cites ``[Slutzky et al., 2025b]``: the pybtex
+   label style ``book_author_year`` gives the bibliography lists the same labels (the authors as
+   the in-text citation writes them, a comma, the year, and a letter where two entries of
+   ``references.bib`` share authors and year), and the referencing style of the same name puts
+   that letter into the in-text citation too, so that every citation matches its list entry.
+4. **The footer** of every page: the build date (UTC) and the git commit it was built from
+   (marked when the work tree had uncommitted changes), links to the whole book as one PDF
+   (``book.pdf`` at the site's root, written by ``make pdf``) and to the intro's "Cite this
+   book" section, and the licences: MIT for the code, CC BY 4.0 for the text and figures.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import os
+import re
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+from docutils import nodes
+from pybtex.plugin import register_plugin as register_pybtex_plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.alpha import Style as AlphaStyle
+from pybtex.style.labels import BaseLabelStyle
+from sphinx.application import Sphinx
+from sphinx.transforms import SphinxTransform
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
+
+LOGGER = logging.getLogger(__name__)
+
+STYLE = "book_author_year"  # the name of the pybtex styles and of the referencing style
+LABEL_SEP = ", "  # between the authors and the year, in a label as in the in-text citation
+ALT_LIMIT = 250  # characters: a longer caption gives only its first sentence as alt text
+CODE_LICENCE = "MIT"
+CONTENT_LICENCE = ("CC BY 4.0", "https://creativecommons.org/licenses/by/4.0/")
+CITE_ANCHOR = "cite-this-book"  # the id of the intro's "Cite this book" section
+
+
+# --- 1. Glued numbers -----------------------------------------------------------------------------
+
+# What a failed computation prints: Python's repr of a missing value, and non-finite floats.
+_BAD_GLUE = re.compile(r"(?<![\w.])(?:[+-]?(?:nan|inf)|None)(?![\w.])", re.IGNORECASE)
+
+
+def bad_glued_text(text: str) -> str | None:
+    """The token of ``text`` that shows a missing or non-finite value (nan, inf, None), if any.
+
+    Only the capitalized ``None`` counts: "none" is an English word a chapter may glue.
+    """
+    for match in _BAD_GLUE.finditer(text):
+        token = match.group(0)
+        if token.lstrip("+-").lower() in ("nan", "inf") or token == "None":
+            return token
+    return None
+
+
+def glue_key(role_text: str) -> str:
+    """The key of a ``{glue:text}`` role's content ``[doc::]key[:format]`` (as MyST-NB reads it)."""
+    key = role_text.rsplit(":", 1)[0] if ":" in role_text.replace("::", "") else role_text
+    return key.split("::", 1)[-1]
+
+
+def _keyed_text_role():
+    """MyST-NB's ``{glue:text}`` role, which also records its glue key on the node it makes."""
+    from myst_nb.ext.glue.roles import PasteTextRole
+
+    class KeyedPasteTextRole(PasteTextRole):
+        def run(self):
+            result, messages = super().run()
+            for node in result:
+                if isinstance(node, nodes.inline) and "pasted-text" in node["classes"]:
+                    node["glue_key"] = glue_key(self.text)
+            return result, messages
+
+    return KeyedPasteTextRole()
+
+
+def typeset_glued_text(document: nodes.Node) -> list[tuple[nodes.inline, str]]:
+    """Rewrite every glued text of ``document`` with :func:`lib.typeset.scientific`; return the
+    glued nodes that show nan, inf or None, each with the offending token."""
+    from lib.typeset import scientific
+
+    bad = []
+    for node in list(document.findall(nodes.inline)):
+        if "pasted-text" not in node["classes"]:
+            continue
+        token = bad_glued_text(node.astext())
+        if token is not None:
+            bad.append((node, token))
+        for leaf in list(node.findall(nodes.Text)):
+            leaf.parent.replace(leaf, nodes.Text(scientific(str(leaf))))
+    return bad
+
+
+class TypesetGluedText(SphinxPostTransform):
+    """Glued text with powers of ten instead of e-notation; a glued nan/inf/None is a warning.
+
+    Runs after MyST-NB resolves glue from other pages (its post-transform has priority 5).
+    """
+
+    default_priority = 7
+
+    def run(self, **kwargs) -> None:
+        for node, token in typeset_glued_text(self.document):
+            text = node.astext()
+            key = node.get("glue_key", "(glued from another page)")
+            shown = repr(token) if text.strip() == token else f"{token!r} in {text!r}"
+            LOGGER.warning(
+                "glued text %r on page %r shows %s: a page never prints a missing or "
+                "non-finite value; fix it where the chapter computes it",
+                key, self.env.docname, shown,
+                location=node, type="book_pages", subtype="glue",
+            )
+
+
+# --- 2. Alt text from captions --------------------------------------------------------------------
+
+_IMAGE_FILE = re.compile(r"[\w./\\:~-]+\.(png|jpe?g|gif|svg|webp|pdf)", re.IGNORECASE)
+_HASH = re.compile(r"[0-9a-fA-F]{16,}")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+
+
+def alt_is_placeholder(alt: str | None, uri: str = "") -> bool:
+    """True when ``alt`` says nothing to a reader: empty, the image's URI, a file path, a hash."""
+    alt = (alt or "").strip()
+    if not alt or alt == uri or (uri and Path(alt).name == Path(uri).name):
+        return True
+    return bool(_IMAGE_FILE.fullmatch(alt) or _HASH.fullmatch(alt))
+
+
+def alt_from_caption(caption: str, limit: int = ALT_LIMIT) -> str:
+    """A caption's text as alt text: whitespace collapsed; a caption longer than ``limit``
+    characters gives its first sentence, and a first sentence still longer is cut at a word
+    boundary before ``limit`` with an ellipsis."""
+    text = " ".join(caption.split())
+    if len(text) <= limit:
+        return text
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if len(first) <= limit:
+        return first
+    cut = first[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + "…"
+
+
+class AltFromCaption(SphinxTransform):
+    """Alt text for the images of captioned figures (see :func:`alt_from_caption`)."""
+
+    default_priority = 900
+
+    def apply(self, **kwargs) -> None:
+        for figure in self.document.findall(nodes.figure):
+            captions = [c for c in figure.children if isinstance(c, nodes.caption)]
+            if not captions or not captions[0].astext().strip():
+                continue
+            alt = alt_from_caption(captions[0].astext())
+            for image in figure.findall(nodes.image):
+                if alt_is_placeholder(image.get("alt"), image.get("uri", "")):
+                    image["alt"] = alt
+
+
+# --- 3. Author-year citation labels ---------------------------------------------------------------
+
+
+def _person_style():
+    from sphinxcontrib.bibtex.style.referencing import PersonStyle
+
+    return PersonStyle()
+
+
+def cited_authors(entry) -> str:
+    """The authors of ``entry`` as the author-year in-text citation writes them, as plain text
+    ("Slutzky et al.", "Elkabetz and Cohen"): sphinxcontrib-bibtex's own template renders them,
+    so a label and a citation cannot drift apart."""
+    person = _person_style()
+    template = person.author_or_editor_or_title(full=False)
+    data = {"entry": entry, "style": SimpleNamespace(person=person)}
+    return template.format_data(data).render_as("text")
+
+
+def cited_year(entry) -> str:
+    """The entry's year, or "n.d." as sphinxcontrib-bibtex writes a missing one."""
+    return entry.fields.get("year", "n.d.")
+
+
+def _suffix(index: int) -> str:
+    """a, b, ..., z, aa, ab, ...: the letter that tells apart entries of one author-year."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return letters
+
+
+def author_year_labels(entries: Iterable) -> dict[str, str]:
+    """``{key: "Authors, Year"}`` for every entry; entries that share authors and year get the
+    letters a, b, ... after the year, in the order given (the order of the .bib file, where the
+    book's main sources come first)."""
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for entry in entries:
+        groups[(cited_authors(entry), cited_year(entry))].append(entry)
+    labels = {}
+    for (authors, year), group in groups.items():
+        for i, entry in enumerate(group):
+            suffix = _suffix(i) if len(group) > 1 else ""
+            labels[entry.key] = f"{authors}{LABEL_SEP}{year}{suffix}"
+    return labels
+
+
+class AuthorYearLabelStyle(BaseLabelStyle):
+    """pybtex label style: author-year labels (:func:`author_year_labels`).
+
+    A chapter's bibliography lists only the entries the chapter cites, but a letter must mean
+    the same entry on every page, so the letters are decided over every entry of the book's
+    ``.bib`` files (``universe``, filled when the builder starts), not over one list.
+    """
+
+    universe: ClassVar[dict] = {}
+
+    def format_labels(self, sorted_entries):
+        entries = list(sorted_entries)
+        labels = author_year_labels({**self.universe, **{e.key: e for e in entries}}.values())
+        return [labels[e.key] for e in entries]
+
+
+class AuthorYearStyle(AlphaStyle):
+    """pybtex formatting style: alpha's entries and order (author, year, title), and
+    author-year labels."""
+
+    default_label_style = STYLE
+
+
+def _label_year_node():
+    from sphinxcontrib.bibtex.style.template import node
+
+    @node
+    def label_year(children, data):
+        """The year of the entry's label with its letter ("2025b" of "Slutzky et al., 2025b")."""
+        assert not children
+        return Text(data["formatted_entry"].label.rsplit(LABEL_SEP, 1)[-1])
+
+    return label_year
+
+
+def _reference_style():
+    """sphinxcontrib-bibtex's author-year referencing style, with the label's year (letter
+    included) in parenthetical ({cite}, {cite:p}) and textual ({cite:t}) citations."""
+    from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+    from sphinxcontrib.bibtex.style.referencing.basic_author_year import (
+        BasicAuthorYearParentheticalReferenceStyle as Parenthetical,
+    )
+    from sphinxcontrib.bibtex.style.referencing.basic_author_year import (
+        BasicAuthorYearTextualReferenceStyle as Textual,
+    )
+    from sphinxcontrib.bibtex.style.template import join, join2, post_text, pre_text, reference
+
+    label_year = _label_year_node()
+
+    @dataclass
+    class LabelParenthetical(Parenthetical):
+        def inner(self, role_name):  # the parent's template, with label_year for year
+            authors = self.person.author_or_editor_or_title(full="s" in role_name)
+            cited = reference[join(sep=self.author_year_sep)[authors, label_year]]
+            return join2(sep1=self.pre_text_sep, sep2=self.post_text_sep)[
+                pre_text, cited, post_text
+            ]
+
+    @dataclass
+    class LabelTextual(Textual):
+        def inner(self, role_name):  # the parent's template, with label_year for year
+            cited = join2(sep1=self.pre_text_sep, sep2=self.post_text_sep)[
+                pre_text, reference[label_year], post_text
+            ]
+            return join(sep=self.text_reference_sep)[
+                self.person.author_or_editor_or_title(full="s" in role_name),
+                join[self.bracket.left, cited, self.bracket.right],
+            ]
+
+    @dataclass
+    class BookAuthorYearReferenceStyle(AuthorYearReferenceStyle):
+        def __post_init__(self):
+            super().__post_init__()
+            replaced = [
+                LabelParenthetical(
+                    bracket=self.bracket_parenthetical, person=self.person,
+                    author_year_sep=self.author_year_sep, pre_text_sep=self.pre_text_sep,
+                    post_text_sep=self.post_text_sep,
+                ),
+                LabelTextual(
+                    bracket=self.bracket_textual, person=self.person,
+                    text_reference_sep=self.text_reference_sep, pre_text_sep=self.pre_text_sep,
+                    post_text_sep=self.post_text_sep,
+                ),
+            ]
+            self.styles[:2] = replaced
+            self.role_style.update(
+                (name, style) for style in replaced for name in style.role_names()
+            )
+
+    return BookAuthorYearReferenceStyle
+
+
+def register_citation_styles() -> None:
+    """Register the pybtex label and formatting styles and the referencing style, all ``STYLE``."""
+    from sphinxcontrib.bibtex.plugin import register_plugin
+
+    register_pybtex_plugin("pybtex.style.labels", STYLE, AuthorYearLabelStyle, force=True)
+    register_pybtex_plugin("pybtex.style.formatting", STYLE, AuthorYearStyle, force=True)
+    register_plugin(
+        "sphinxcontrib.bibtex.style.referencing", STYLE, _reference_style(), force=True
+    )
+
+
+def on_builder_inited(app: Sphinx) -> None:
+    """Give the label style every entry of the book's .bib files; note the build's date, commit."""
+    from pybtex.database import parse_file
+
+    universe = {}
+    for name in app.config.bibtex_bibfiles:
+        universe.update(parse_file(Path(app.confdir) / name).entries)
+    AuthorYearLabelStyle.universe = universe
+    app.env.book_pages_build = build_info(Path(app.confdir))
+
+
+# --- 4. The footer --------------------------------------------------------------------------------
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def build_info(root: Path) -> dict:
+    """The build's date (UTC; ``SOURCE_DATE_EPOCH`` when set, for reproducible builds) and the git
+    commit of ``root`` (full and short hash, and whether the work tree has uncommitted changes)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch
+            else dt.datetime.now(dt.timezone.utc))
+    commit = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain") if commit else None
+    return {
+        "date": when.strftime("%Y-%m-%d %H:%M UTC"),
+        "iso": when.strftime("%Y-%m-%dT%H:%MZ"),
+        "commit": commit,
+        "short": commit[:7] if commit else None,
+        "dirty": bool(status),
+    }
+
+
+def footer_html(info: dict, *, pdf_url: str, cite_url: str, repository_url: str) -> str:
+    """The footer line: build date, commit, PDF and Cite links, the licences."""
+    esc = html.escape
+    if info["commit"]:
+        commit = (f'commit <a href="{esc(repository_url)}/commit/{esc(info["commit"])}">'
+                  f'<code>{esc(info["short"])}</code></a>')
+        if info["dirty"]:
+            commit += ' <span class="book-dirty">(with uncommitted changes)</span>'
+    else:
+        commit = "a copy outside git (commit unknown)"
+    licence_name, licence_url = CONTENT_LICENCE
+    parts = [
+        f'Built <time datetime="{info["iso"]}">{info["date"]}</time> from {commit}',
+        f'<a href="{esc(pdf_url)}">PDF</a>',
+        f'<a href="{esc(cite_url)}">Cite</a>',
+        f'Text and figures: <a href="{licence_url}" rel="license">{licence_name}</a>',
+        f'Code: <a href="{esc(repository_url)}/blob/main/LICENSE" rel="license">'
+        f"{CODE_LICENCE}</a>",
+    ]
+    return '<p class="book-footer">' + " · ".join(parts) + "</p>"
+
+
+def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doctree) -> None:
+    """Put the footer line, with links relative to this page, into the theme's extra footer."""
+    pathto = context["pathto"]
+    context["theme_extra_footer"] = footer_html(
+        app.env.book_pages_build,
+        pdf_url=pathto("book.pdf", 1),
+        cite_url=f"{pathto(app.config.root_doc)}#{CITE_ANCHOR}",
+        repository_url=app.config.html_theme_options.get("repository_url", "").rstrip("/"),
+    )
+
+
+def setup(app: Sphinx) -> dict:
+    app.setup_extension("myst_nb")
+    app.setup_extension("sphinxcontrib.bibtex")
+    register_citation_styles()
+    app.add_role_to_domain("glue", "text", _keyed_text_role(), override=True)
+    app.add_post_transform(TypesetGluedText)
+    app.add_transform(AltFromCaption)
+    app.add_css_file("book.css", priority=900)
+    app.connect("builder-inited", on_builder_inited)
+    app.connect("html-page-context", on_page_context)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
