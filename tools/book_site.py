@@ -4,9 +4,11 @@ Loaded by ``_config.yml`` (``sphinx: local_extensions: {book_site: tools/}``). I
 
 1. **Downloadable notebooks.** For every chapter written as a jupytext MyST notebook it writes
    ``_sources/<page>.ipynb`` into the built site (where the theme's download button points): the
-   chapter converted with jupytext, with one cell prepended that, outside a clone of the
-   repository (Colab, Binder), clones the repository, installs ``lib`` from it and moves to its
-   ``book/`` folder; inside a clone it does nothing.
+   notebook that myst-nb executed while reading the page (so it carries the outputs), its
+   markdown rewritten as plain Jupyter markdown by ``tools/notebook_export.py`` (statements,
+   citations, cross-references and glued numbers as readers see them online), with one cell
+   prepended that, outside a clone of the repository (Colab, Binder), clones the repository,
+   installs ``lib`` from it and moves to its ``book/`` folder; inside a clone it does nothing.
 2. **Launch links to those notebooks.** Colab and Binder cannot open a ``.md`` chapter, so their
    buttons are pointed at the ``.ipynb`` above, on the branch that the site is published from
    (``book_site_pages_branch``, the ``gh-pages`` branch written by
@@ -22,6 +24,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import sys
 from pathlib import Path
 
 from docutils import nodes
@@ -30,6 +33,9 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/, for notebook_export
+import notebook_export  # noqa: E402
 
 LOGGER = logging.getLogger(__name__)
 
@@ -65,18 +71,56 @@ def repository_parts(url: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-def notebook_with_install_cell(source: Path, repository_url: str) -> str:
-    """The chapter ``source`` (jupytext MyST) as ``.ipynb`` text, the install cell first."""
-    import jupytext
-    import nbformat
+def notebook_with_install_cell(
+    source: Path,
+    repository_url: str,
+    executed: Path | None = None,
+    index: notebook_export.BookIndex | None = None,
+    docname: str | None = None,
+    bib_file: Path | None = None,
+    warn=LOGGER.warning,
+) -> str:
+    """The chapter ``source`` (jupytext MyST) as ``.ipynb`` text, the install cell first.
 
-    notebook = jupytext.read(source)
-    cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(url=repository_url))
-    notebook.cells.insert(0, cell)
-    for i, each in enumerate(notebook.cells):  # stable ids: the same chapter gives the same file
-        each["id"] = f"cell-{i}"
-    notebook.metadata.pop("jupytext", None)
-    return jupytext.writes(notebook, fmt="ipynb")
+    The cells are those of ``executed`` (the notebook myst-nb ran, with its outputs and beside
+    it its ``.glue.json``) when it is the chapter as it is now, else the chapter's own. Markdown
+    is converted by ``notebook_export`` with ``index`` (the book's targets; by default those of
+    the pages beside ``source``, unnumbered) and the bibliography ``bib_file`` (by default
+    ``references.bib`` beside ``source``).
+    """
+    import jupytext
+
+    root = source.parent.parent
+    docname = docname or source.with_suffix("").relative_to(root).as_posix()
+    if index is None:
+        index = notebook_export.index_sources(notebook_export.book_sources(source.parent, root))
+        index.site_url = notebook_export.site_url_of(repository_url)
+    notebook = notebook_export.choose_notebook(source, executed, warn)
+    glue = notebook_export.glue_data(notebook, executed.with_suffix(".glue.json")
+                                     if executed else None)
+    ctx = notebook_export.page_context(docname, index, bib_file or source.parent / "references.bib",
+                                       glue)
+    result = notebook_export.export_notebook(notebook, ctx, INSTALL_CELL.format(url=repository_url))
+    left = sorted({token for cell in result.cells if cell.cell_type == "markdown"
+                   for token in notebook_export.leftovers(cell.source)})
+    if left:
+        warn(f"the notebook of {docname} still shows MyST syntax {left}")
+    return jupytext.writes(result, fmt="ipynb")
+
+
+def _book_index(app: Sphinx) -> notebook_export.BookIndex:
+    """The book's targets, numbered as on the site; built once per build (and process)."""
+    if getattr(app, "_book_site_index", None) is None:
+        root = Path(app.srcdir)
+        sources = {doc: Path(app.env.doc2path(doc)).read_text(encoding="utf-8")
+                   for doc in sorted(app.env.found_docs)
+                   if str(app.env.doc2path(doc)).endswith(".md")}
+        repository_url = app.config.html_theme_options.get("repository_url", "")
+        site = notebook_export.site_url_of(repository_url, app.config.html_baseurl or "")
+        app._book_site_index = notebook_export.index_sphinx(app.env, sources, site)
+        bibfiles = getattr(app.config, "bibtex_bibfiles", None) or []
+        app._book_site_bib = next((root / f for f in bibfiles), None)
+    return app._book_site_index
 
 
 def _launch_urls(owner: str, name: str, branch: str, path: str) -> dict[str, str]:
@@ -112,7 +156,12 @@ def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doc
     site_path = f"_sources/{pagename}.ipynb"
     target = Path(app.outdir) / site_path
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(notebook_with_install_cell(source, repository_url), encoding="utf-8")
+    # myst-nb writes the executed notebook while it reads the page, before any page is written.
+    executed = Path(app.env.mystnb_config.output_folder) / f"{pagename}.ipynb"
+    index = _book_index(app)
+    text = notebook_with_install_cell(source, repository_url, executed, index, pagename,
+                                      app._book_site_bib)
+    target.write_text(text, encoding="utf-8")
     urls = _launch_urls(owner, name, app.config.book_site_pages_branch, site_path)
     for group in context.get("header_buttons", []):
         if group.get("label") != "launch-buttons":
