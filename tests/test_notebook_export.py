@@ -343,13 +343,14 @@ def test_a_stale_executed_notebook_is_not_used(tmp_path):
     executed = tmp_path / "ch.ipynb"
     nbformat.write(executed_notebook(), executed)  # its code is "x = 1"
     warnings: list[str] = []
-    chosen = nx.choose_notebook(source, executed, warnings.append)
-    assert [c.source for c in chosen.cells if c.cell_type == "code"] == ["x = 2"]
+    chosen, ran = nx.choose_notebook(source, executed, warnings.append)
+    assert not ran and [c.source for c in chosen.cells if c.cell_type == "code"] == ["x = 2"]
     assert len(warnings) == 1 and "no outputs" in warnings[0]
     fresh = executed_notebook()
     fresh.cells[1].source = "x = 2"
     nbformat.write(fresh, executed)
-    assert nx.choose_notebook(source, executed, warnings.append).cells[1].outputs  # the run
+    chosen, ran = nx.choose_notebook(source, executed, warnings.append)
+    assert ran and chosen.cells[1].outputs and len(warnings) == 1  # the run, with its outputs
 
 
 # --- the built site ----------------------------------------------------------------------------

@@ -95,9 +95,10 @@ def notebook_with_install_cell(
     if index is None:
         index = notebook_export.index_sources(notebook_export.book_sources(source.parent, root))
         index.site_url = notebook_export.site_url_of(repository_url)
-    notebook = notebook_export.choose_notebook(source, executed, warn)
+    notebook, ran = notebook_export.choose_notebook(source, executed, warn)
+    # the glued values belong to the run: a chapter read from its source has none
     glue = notebook_export.glue_data(notebook, executed.with_suffix(".glue.json")
-                                     if executed else None)
+                                     if executed and ran else None)
     ctx = notebook_export.page_context(docname, index, bib_file or source.parent / "references.bib",
                                        glue)
     result = notebook_export.export_notebook(notebook, ctx, INSTALL_CELL.format(url=repository_url))

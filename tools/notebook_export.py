@@ -810,19 +810,19 @@ def _code_sources(notebook) -> list[str]:
 
 
 def choose_notebook(source: Path, executed: Path | None, warn: Callable[[str], None]):
-    """The executed notebook (with its outputs) if it is the chapter as it is now, else the
-    chapter read from its source, without outputs."""
+    """``(notebook, True)``: the executed notebook (with its outputs) if it is the chapter as it
+    is now; else ``(chapter, False)``, the chapter read from its source, without outputs."""
     import jupytext
     import nbformat
 
     chapter = jupytext.read(source)
     if executed is None or not executed.is_file():
-        return chapter
+        return chapter, False
     run = nbformat.read(executed, as_version=4)
     if _code_sources(run) != _code_sources(chapter):
         warn(f"{executed} is not the chapter {source} as it is now: its notebook has no outputs")
-        return chapter
-    return run
+        return chapter, False
+    return run, True
 
 
 def export_notebook(notebook, ctx: Context, install_cell: str):
@@ -907,10 +907,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for name in names:
         executed = executed_dir / f"{name}.ipynb"
-        notebook = choose_notebook(root / "book" / f"{name}.md", executed,
-                                   lambda message: print("warning:", message))
-        ctx = page_context(f"book/{name}", index, root / "book" / "references.bib",
-                           glue_data(notebook, executed_dir / f"{name}.glue.json"))
+        notebook, ran = choose_notebook(root / "book" / f"{name}.md", executed,
+                                        lambda message: print("warning:", message))
+        glue = glue_data(notebook, executed.with_suffix(".glue.json") if ran else None)
+        ctx = page_context(f"book/{name}", index, root / "book" / "references.bib", glue)
         result = export_notebook(notebook, ctx, book_site.INSTALL_CELL.format(url=repository_url))
         nbformat.write(result, args.out / f"{name}.ipynb")
         left = sorted({t for c in result.cells if c.cell_type == "markdown"
