@@ -397,7 +397,11 @@ def _paper_text(entry: dict) -> str:
 
 
 def _cell(text: str | None) -> str:
-    return (text or "").replace("|", r"\|").replace("\n", " ")
+    """A chapter's words (item, setting, reason) for a table cell: bars escaped, and numbers
+    written as the rest of the book writes them (``lr 1e-3`` -> ``lr 10⁻³``)."""
+    from lib import typeset
+
+    return typeset.scientific((text or "").replace("|", r"\|").replace("\n", " "))
 
 
 def page_markdown(ledger: dict) -> str:
