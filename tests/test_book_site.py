@@ -49,3 +49,11 @@ def test_install_cell_does_nothing_where_lib_is_installed():
     code = book_site.INSTALL_CELL.format(url="https://github.com/not/used")
     exec(compile(code.replace("subprocess.run", "raise SystemExit  #"), "cell", "exec"), namespace)
     assert "target" not in namespace
+
+
+def test_docstring_prose_sets_numbers_and_constants_like_the_book():
+    line = "rtol 1e-10 and |x| (``1e-3``, :math:`|a|`) is None for a run, NaN or inf; Nonesuch"
+    out = book_site.docstring_prose(line)
+    assert "rtol 10⁻¹⁰" in out and r"\|x\|" in out  # prose: a power of ten, bars escaped
+    assert "``1e-3``" in out and ":math:`|a|`" in out  # literals and math untouched
+    assert "is ``None`` for a run" in out and "``NaN`` or ``inf``;" in out and "Nonesuch" in out

@@ -177,16 +177,36 @@ def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doc
 _LITERAL = re.compile(r"(``.*?``|:math:`[^`]*`)")
 
 
+# Python's constants, written bare in a docstring's prose, are set as code on the page.
+_CONSTANT = re.compile(r"(?<![\w`.])(None|NaN|nan|inf)(?![\w`])")
+
+
 def escape_bars(line: str) -> str:
     """``line`` with every ``|`` outside inline literals and math roles escaped for rST."""
     parts = _LITERAL.split(line)
     return "".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
 
 
+def docstring_prose(line: str) -> str:
+    """A docstring line as the API page shows it: outside inline literals and math roles, bars
+    escaped (:func:`escape_bars`), numbers in e-notation written as powers of ten like the rest
+    of the book (``rtol 1e-10`` -> ``rtol 10⁻¹⁰``, :func:`lib.typeset.scientific`), and Python's
+    ``None``/``nan``/``inf`` set as code, not as words of the text."""
+    from lib import typeset
+
+    parts = _LITERAL.split(line)
+    return "".join(
+        p
+        if i % 2
+        else _CONSTANT.sub(r"``\1``", typeset.scientific(p.replace("|", "\\|")))
+        for i, p in enumerate(parts)
+    )
+
+
 def on_docstring(app: Sphinx, what: str, name: str, obj, options, lines: list[str]) -> None:
-    """Read lib's docstrings as written: their bars are absolute values (see escape_bars)."""
+    """Read lib's docstrings as written (see :func:`docstring_prose`)."""
     if name == "lib" or name.startswith("lib."):
-        lines[:] = [escape_bars(line) for line in lines]
+        lines[:] = [docstring_prose(line) for line in lines]
 
 
 class LibModules(SphinxDirective):
