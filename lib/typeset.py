@@ -3,8 +3,10 @@
 A number is formatted with a Python format spec, and any exponent is then written as a power of
 ten: ``2.1e+10`` becomes ``2.1 × 10¹⁰`` and ``4.8e-04`` becomes ``4.8 × 10⁻⁴`` (U+00D7, superscript
 digits, U+2212 for the minus, no-break spaces so that a number never wraps across lines); a zero
-exponent is dropped (``1.0e+00`` becomes ``1.0``). The same rewriting is applied to glued text
-on the built pages and in the downloadable notebooks (:func:`scientific`).
+exponent is dropped (``1.0e+00`` becomes ``1.0``), and so is a mantissa of exactly ``1`` written
+without decimals (``1e-06`` becomes ``10⁻⁶``; ``1.0e-06`` keeps its precision, ``1.0 × 10⁻⁶``).
+The same rewriting is applied to glued text on the built pages and in the downloadable notebooks
+(:func:`scientific`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ def _power(mantissa: str, exponent: str) -> str:
     power = int(exponent)
     sign = ""
     if mantissa[0] in "+-":
-        sign, mantissa = (MINUS if mantissa[0] == "-" else ""), mantissa[1:]
+        sign, mantissa = (MINUS if mantissa[0] == "-" else "+"), mantissa[1:]
     if power == 0:
         return sign + mantissa
-    if mantissa in ("1", "1.", "1.0") or re.fullmatch(r"1\.0+", mantissa):
+    if mantissa in ("1", "1."):  # "1e-06": a bare power; "1.0e-06" keeps its precision
         body = f"10{str(power).translate(_SUPERSCRIPT)}"
     else:
         body = f"{mantissa}{TIMES}10{str(power).translate(_SUPERSCRIPT)}"
@@ -45,7 +47,8 @@ def scientific(text: str) -> str:
     """``text`` with every e-notation number written as a power of ten (see the module's doc).
 
     ``scientific("4.8e-04 and 2.1e+10") == "4.8 × 10⁻⁴ and 2.1 × 10¹⁰"`` (with no-break spaces);
-    a mantissa of exactly 1 is dropped: ``"1e-06"`` becomes ``"10⁻⁶"``.
+    a bare mantissa 1 is dropped: ``"1e-06"`` becomes ``"10⁻⁶"``; signs are kept (``+``, and
+    ``−`` for a minus).
     """
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {_describe(text)}")

@@ -586,7 +586,7 @@ GRID_BUDGET_BYTES = 3_000_000
 
 
 def _small_png(fig, dpi: int) -> bytes:
-    """The figure as a PNG with a 64-colour palette, marked like :func:`figure_png`'s: a line
+    """The figure as a PNG with a 128-colour palette, marked like :func:`figure_png`'s: a line
     plot looks the same, and the file is about a quarter of the full-colour one (the page
     carries every frame of a slider grid)."""
     import io
@@ -596,7 +596,7 @@ def _small_png(fig, dpi: int) -> bytes:
     png, min_pt = _render_png(fig, dpi)
     image = Image.open(io.BytesIO(png)).convert("RGB")
     out = io.BytesIO()
-    image.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(
+    image.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(
         out, format="PNG", optimize=True
     )
     return _legibility(out.getvalue(), min_pt, dpi)

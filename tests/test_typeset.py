@@ -1,0 +1,65 @@
+"""Tests of lib.typeset, the book's one number formatter (values worked out by hand)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from lib import typeset
+
+NB = "\u00a0"
+
+
+@pytest.mark.parametrize(
+    ("value", "spec", "expected"),
+    [
+        (2.1e10, ".1e", f"2.1{NB}×{NB}10¹⁰"),
+        (4.8e-4, ".1e", f"4.8{NB}×{NB}10⁻⁴"),
+        (1e-6, ".0e", "10⁻⁶"),  # a bare 1 is dropped ...
+        (-1e-6, ".1e", f"−1.0{NB}×{NB}10⁻⁶"),  # ... but 1.0 keeps the column's precision
+        (3e-4, "+.1e", f"+3.0{NB}×{NB}10⁻⁴"),
+        (1.0, ".1e", "1.0"),  # a zero exponent is dropped
+        (-2.5, ".2f", "−2.50"),
+        (12345, ",", "12,345"),
+        (np.float64(0.25), ".0%", "25%"),
+    ],
+)
+def test_number(value, spec, expected):
+    assert typeset.number(value, spec) == expected
+
+
+def test_scientific_rewrites_tokens_and_leaves_words():
+    text = "lr 1e-3, gap 5.0e-12 at step 2e+04; v2e-1 and 1e3x stay"
+    assert typeset.scientific(text) == (
+        f"lr 10⁻³, gap 5.0{NB}×{NB}10⁻¹² at step 2{NB}×{NB}10⁴; v2e-1 and 1e3x stay"
+    )
+
+
+def test_column_has_one_precision():
+    # in [1e-2, 1e4): decimals enough for 3 significant digits of the smallest (0.0123: 4)
+    assert typeset.column([1.5, 0.0123, 100.0]) == ["1.5000", "0.0123", "100.0000"]
+    # a magnitude outside it: every float as m × 10ⁿ, integers and strings as they are
+    assert typeset.column([4.79e-4, 0.5, 12, "n/a", None]) == [
+        f"4.79{NB}×{NB}10⁻⁴", f"5.00{NB}×{NB}10⁻¹", "12", "n/a", "—"
+    ]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: typeset.number(math.nan),
+        lambda: typeset.number(math.inf, ".2f"),
+        lambda: typeset.number(True),
+        lambda: typeset.number("3"),
+        lambda: typeset.number(3.0, 2),
+        lambda: typeset.number(3.0, ".2q"),
+        lambda: typeset.scientific(3.0),
+        lambda: typeset.column([1.0, math.nan]),
+        lambda: typeset.column("abc"),
+        lambda: typeset.column([1.0], digits=0),
+        lambda: typeset.column([[1.0]]),
+    ],
+)
+def test_bad_input(call):
+    with pytest.raises(ValueError):
+        call()
