@@ -602,15 +602,26 @@ def _small_png(fig, dpi: int) -> bytes:
     return _legibility(out.getvalue(), min_pt, dpi)
 
 
-def _grid_label(value) -> str:
-    """A slider's value as the page shows it (numbers through :mod:`lib.typeset`)."""
+def _grid_labels(options: Sequence) -> list[str]:
+    """A slider's values as the page shows them, all in one style (numbers through
+    :mod:`lib.typeset`): ``.3g`` when that needs no exponent for any of them, otherwise every
+    one as a power of ten with trailing zeros dropped (10⁻⁵, 10⁻³, 3.16 × 10⁻¹)."""
+    import re as regex
+
     from lib import typeset
 
-    if value is None:
+    if any(value is None for value in options):
         raise ValueError("a slider option shown on the page must not be None: give it a name")
-    if isinstance(value, (float, np.floating)):
-        return typeset.number(float(value), ".3g")
-    return str(value)
+    floats = [isinstance(v, (float, np.floating)) for v in options]
+    if not any(floats):
+        return [str(v) for v in options]
+    plain = [format(float(v), ".3g") if f else str(v) for v, f in zip(options, floats, strict=True)]
+    if not any("e" in text for text, f in zip(plain, floats, strict=True) if f):
+        return plain
+    return [
+        typeset.scientific(regex.sub(r"\.?0+e", "e", format(float(v), ".2e"))) if f else str(v)
+        for v, f in zip(options, floats, strict=True)
+    ]
 
 
 def slider_grid_html(
@@ -653,7 +664,7 @@ def slider_grid_html(
     figsize = _check_figsize(figsize)
     dpi = as_int(dpi, "dpi", minimum=10, maximum=600)
     values = {name: spec.frames(frames) for name, spec in specs.items()}
-    labels = [[_grid_label(v) for v in options] for options in values.values()]
+    labels = [_grid_labels(options) for options in values.values()]
     count = int(np.prod([len(v) for v in values.values()]))
     if count > MAX_GRID_FRAMES:
         sizes = " x ".join(f"{len(v)} {name}" for name, v in values.items())
