@@ -258,3 +258,23 @@ def test_the_intro_cites_the_book_as_citation_cff_does(cff):
     assert f"url       = {{{cff['url']}}}" in bibtex
     assert " ".join(cff["title"].split()) in " ".join(bibtex.split())
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+
+
+# --- the execution table --------------------------------------------------------------------------
+
+
+def test_the_execution_table_names_pages_and_marks_in_words():
+    execution_tables = pytest.importorskip("myst_nb.ext.execution_tables")
+    run = {"mtime": 1767323040.0, "method": "force", "runtime": 1.5, "error": None}
+    metadata = {
+        "book/ch": {"exec_data": {**run, "succeeded": True}},
+        "book/broken": {"exec_data": {**run, "succeeded": False, "error": "ValueError"}},
+        "book/intro": {},  # a page without code: no row
+    }
+    table = execution_tables.make_stat_table("book/execution", metadata)
+    book_pages.polish_exec_table(table, {"book/ch": "A chapter"})
+    rows = [[entry.astext() for entry in row.findall(nodes.entry)]
+            for row in table.findall(nodes.row)]
+    assert rows[0] == ["Page", "Executed at", "Method", "Run time (s)", "Status"]
+    assert [row[0] for row in rows[1:]] == ["book/broken", "A chapter"]  # no title: the docname
+    assert [row[-1] for row in rows[1:]] == ["failed", "ok"]

@@ -20,6 +20,8 @@ Loaded by ``_config.yml`` next to ``book_site`` (``sphinx: local_extensions``). 
    (marked when the work tree had uncommitted changes), links to the whole book as one PDF
    (``book.pdf`` at the site's root, written by ``make pdf``) and to the intro's "Cite this
    book" section, and the licences: MIT for the code, CC BY 4.0 for the text and figures.
+5. **The execution table** (MyST-NB's ``{nb-exec-table}``, on the appendix page
+   ``book/execution.md``): the pages by title, and words instead of emoji marks.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pybtex.plugin import register_plugin as register_pybtex_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.alpha import Style as AlphaStyle
 from pybtex.style.labels import BaseLabelStyle
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
 from sphinx.transforms.post_transforms import SphinxPostTransform
@@ -131,6 +134,48 @@ class TypesetGluedText(SphinxPostTransform):
                 key, self.env.docname, shown,
                 location=node, type="book_pages", subtype="glue",
             )
+
+
+# --- The execution table ---------------------------------------------------------------------
+
+# MyST-NB's {nb-exec-table} headers and marks, as the book's execution page words them: the
+# "Modified" column holds the time each execution ended; the marks are words, which every font
+# (and the PDF) shows.
+EXEC_HEADERS = {"Document": "Page", "Modified": "Executed at", "Run Time (s)": "Run time (s)"}
+EXEC_MARKS = {"✅": "ok", "❌": "failed"}
+
+
+def polish_exec_table(table: nodes.table, titles: dict[str, str]) -> None:
+    """Reword MyST-NB's execution table in place: headers and marks as above, each page's link
+    text its title (``titles``: docname to title) instead of its docname."""
+    for entry in table.findall(nodes.entry):
+        for leaf in list(entry.findall(nodes.Text)):
+            text = str(leaf)
+            new = EXEC_HEADERS.get(text) or EXEC_MARKS.get(text)
+            if new is not None:
+                leaf.parent.replace(leaf, nodes.Text(new))
+    for ref in table.findall(addnodes.pending_xref):
+        docname = ref.astext()
+        if docname in titles:
+            ref.children = []
+            ref += nodes.inline(text=titles[docname])
+
+
+class ExecutionTable(SphinxPostTransform):
+    """Build MyST-NB's execution table (its post-transform, priority 8, then finds nothing left
+    to do) and reword it (:func:`polish_exec_table`)."""
+
+    default_priority = 7
+
+    def run(self, **kwargs) -> None:
+        from myst_nb.ext.execution_tables import ExecutionStatsNode, make_stat_table
+        from myst_nb.sphinx_ import NbMetadataCollector
+
+        titles = {name: title.astext() for name, title in self.env.titles.items()}
+        for node in list(self.document.findall(ExecutionStatsNode)):
+            table = make_stat_table(self.env.docname, NbMetadataCollector.get_doc_data(self.env))
+            polish_exec_table(table, titles)
+            node.replace_self(table)
 
 
 # --- 2. Alt text from captions --------------------------------------------------------------------
@@ -410,6 +455,7 @@ def setup(app: Sphinx) -> dict:
     register_citation_styles()
     app.add_role_to_domain("glue", "text", _keyed_text_role(), override=True)
     app.add_post_transform(TypesetGluedText)
+    app.add_post_transform(ExecutionTable)
     app.add_transform(AltFromCaption)
     app.add_css_file("book.css", priority=900)
     app.connect("builder-inited", on_builder_inited)
