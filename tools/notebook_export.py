@@ -222,8 +222,14 @@ def read_bibliography(path: Path) -> dict[str, Reference]:
     """The entries of a BibTeX file, by key (pybtex reads it, as sphinxcontrib-bibtex does)."""
     from pybtex.database import parse_file
 
+    try:  # the site's labels: authors and year, with a/b where two entries share them
+        from book_pages import LABEL_SEP, author_year_labels
+    except ImportError:  # tools/ not on the path: plain years
+        LABEL_SEP, author_year_labels = ", ", None
+    parsed = parse_file(str(path)).entries
+    labels = author_year_labels(parsed.values()) if author_year_labels else {}
     entries = {}
-    for key, entry in parse_file(str(path)).entries.items():
+    for key, entry in parsed.items():
         persons = entry.persons.get("author") or entry.persons.get("editor") or []
         surnames = tuple(_latex_text(" ".join(p.prelast_names + p.last_names)) for p in persons)
         names = tuple(_latex_text(" ".join(p.first_names + p.middle_names + p.prelast_names
@@ -234,7 +240,8 @@ def read_bibliography(path: Path) -> dict[str, Reference]:
         venue, url = _latex_text(venue), fields.get("url", "")
         if re.fullmatch(r"https?://\S+", venue):  # howpublished = {\url{...}}: an address
             venue, url = "", url or venue
-        entries[key] = Reference(surnames, names, fields.get("year", "n.d."),
+        year = labels[key].rsplit(LABEL_SEP, 1)[1] if key in labels else fields.get("year", "n.d.")
+        entries[key] = Reference(surnames, names, year,
                                  _latex_text(fields.get("title", key)), venue, url)
     return entries
 
