@@ -28,6 +28,9 @@ NBTEST := .nbtest
 LEDGER_DIR := _build/ledger
 # Notebooks run in kernels started from the venv (the kernelspec's "python" is looked up on PATH).
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
+# The chapters' matplotlib keeps its font list in the venv: a list cached by another installation
+# (whose font files were gone) made every figure with math print "findfont" lines on the pages.
+MPL := MPLCONFIGDIR="$(CURDIR)/$(VENV)/mplconfig"
 
 .PHONY: help venv setup vendor test test-portable full book pdf site-test student grade lint bench ledger reproduce clean lock
 
@@ -53,7 +56,7 @@ for src in $$($(BIN)/python tools/chapters.py --notebooks); do \
   $(BIN)/jupytext --quiet --to ipynb --output "$(NBTEST)/$$name.ipynb" "$$src"; \
 done
 if compgen -G "$(NBTEST)/*.ipynb" > /dev/null; then \
-  BOOK_MODE=test $(RUN) $(BIN)/python -m pytest --nbmake --nbmake-timeout=$(1) -q \
+  BOOK_MODE=test $(RUN) $(MPL) $(BIN)/python -m pytest --nbmake --nbmake-timeout=$(1) -q \
     --durations=0 -p no:cacheprovider $(NBTEST)/*.ipynb; \
 else \
   echo "no chapters with code listed in _toc.yml"; \
@@ -127,7 +130,7 @@ test-portable: $(STAMP)
 # never deletes a static file it copied before).
 book: $(STAMP) $(MATHJAX)
 	rm -rf $(LEDGER_DIR) _build/html/_static/mathjax
-	BOOK_MODE=build $(RUN) $(BIN)/jupyter-book build . -W --keep-going
+	BOOK_MODE=build $(RUN) $(MPL) $(BIN)/jupyter-book build . -W --keep-going
 	$(BIN)/python tools/ledger.py check --executed-only
 	@echo "The book is in _build/html/index.html"
 
@@ -142,7 +145,7 @@ site-test: pdf
 # The whole book as one PDF, _build/html/book.pdf, where every page's footer links to it:
 # tools/pdf.py builds the single-page site and prints it with Debian's Chromium.
 pdf: book
-	$(RUN) $(BIN)/python tools/pdf.py
+	$(RUN) $(MPL) $(BIN)/python tools/pdf.py
 
 # The course: book/assignments/*.md (tools/assignments.py, book/course.md). make student: the
 # student notebooks (otter-grader), with STUDENTS=<roster> one per student with their own
