@@ -1,5 +1,6 @@
 """The site test's checks (tools/site_test.py): the pure logic, and one run in Chromium over a
-two-page site made here, with one fault of each kind the checks look for.
+two-page site made here, with one fault of each kind the checks look for; and the parts of
+tools/pdf.py that need no book (reading a PDF, the singlehtml builder's node visitors).
 
 The browser test is marked ``not_numerics`` (no arithmetic of lib) and is skipped where Debian's
 Chromium or the vendored MathJax (``make vendor``) is missing; the pure tests always run.
@@ -20,6 +21,7 @@ from PIL import Image, PngImagePlugin
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+import pdf  # noqa: E402
 import site_test  # noqa: E402
 
 
@@ -379,3 +381,82 @@ def test_check_pdf(tmp_path):
     ]
     (site / "book.pdf").write_text("<html>not found</html>")
     assert "not a PDF" in site_test.check_pdf(site)[0]
+
+
+# ---- tools/pdf.py: reading the printed PDF, the singlehtml builder's node visitors ----
+
+
+def test_pdf_summary_counts_pages_images_and_fonts(tmp_path):
+    pages = [Image.new("RGB", (60, 40), color) for color in ("white", "red", "blue")]
+    path = tmp_path / "three.pdf"
+    pages[0].save(path, save_all=True, append_images=pages[1:])  # Pillow: one image per page
+    summary = pdf.pdf_summary(path.read_bytes())
+    assert summary["pages"] == 3 and summary["images"] == 3
+    fake = (
+        b"%PDF-1.4\n1 0 obj\n<</Type /Pages /Count 2 /Kids [2 0 R 3 0 R]>>\nendobj\n"
+        b"4 0 obj\n<</Type /XObject /Subtype /Image /SMask 5 0 R>>\nstream\nxx\nendstream\n"
+        b"5 0 obj\n<</Type /XObject /Subtype /Image /Width 9>>\nstream\nxx\nendstream\n"
+        b"6 0 obj\n<</Type /FontDescriptor /FontName /GAAAAA+MathJax_Main-Regular>>\nendobj\n"
+        b"7 0 obj\n<</Type /Font /BaseFont /AAAAAA+DejaVuSans>>\nendobj\n"
+    )
+    summary = pdf.pdf_summary(fake)
+    assert summary == {"pages": 2, "images": 1, "fonts": ["DejaVuSans", "MathJax_Main-Regular"]}
+    assert pdf.check_pdf(summary, formulas=10) == []
+    assert "no MathJax font" in pdf.check_pdf({**summary, "fonts": ["DejaVuSans"]}, 10)[0]
+    assert pdf.check_pdf({**summary, "fonts": ["DejaVuSans"]}, 0) == []
+    assert pdf.check_pdf({"pages": 1, "images": 0, "fonts": []}, 0) == ["1 pages", "no images"]
+
+
+def test_problems_before_printing():
+    ready = {"mathSource": 3, "mathTypeset": 3, "broken": [], "text": "all typeset"}
+    assert pdf.problems_before_printing(ready) == []
+    bad = {"mathSource": 3, "mathTypeset": 2, "broken": ["_images/a.png"], "text": r"x \(a\) y"}
+    assert pdf.problems_before_printing(bad) == [
+        "3 formulas, 2 typeset",
+        r"raw TeX: ...x \(a\) y...",
+        "image not loaded: _images/a.png",
+    ]
+
+
+def test_singlehtml_gets_the_html_visitors_it_lacks(monkeypatch):
+    from sphinx.registry import SphinxComponentRegistry
+
+    monkeypatch.setattr(SphinxComponentRegistry, "create_translator", _plain_create)
+    pdf.html_handlers_for_singlehtml()
+    registry = SphinxComponentRegistry()
+
+    def visit(self, node):
+        return ("html", node)
+
+    def own(self, node):
+        return ("singlehtml", node)
+
+    registry.translation_handlers = {
+        "html": {"hidden": (visit, None), "both": (visit, None)},
+        "singlehtml": {"both": (own, None)},
+    }
+    builder = type("Builder", (), {"name": "singlehtml", "format": "html"})()
+    translator = registry.create_translator(builder)
+    assert translator.visit_hidden(1) == ("html", 1)  # filled in from the format
+    assert translator.visit_both(2) == ("singlehtml", 2)  # the builder's own wins
+
+
+def _plain_create(self, builder, *args):
+    """Sphinx's create_translator in brief: the builder's own handlers, else the format's."""
+    translator = type("Translator", (), {})()
+    handlers = self.translation_handlers.get(builder.name)
+    if handlers is None:
+        handlers = self.translation_handlers.get(builder.format, {})
+    for name, (visit, _depart) in handlers.items():
+        setattr(translator, "visit_" + name, visit.__get__(translator))
+    return translator
+
+
+def test_start_page_follows_the_redirect_and_copies_the_page_to_the_top(tmp_path):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.html").write_text("<p>the book</p>")
+    (tmp_path / "index.html").write_text(
+        '<meta http-equiv="Refresh" content="0; url=book/intro.html" />'
+    )
+    assert pdf.start_page(tmp_path) == "book.html"
+    assert (tmp_path / "book.html").read_text() == "<p>the book</p>"
