@@ -25,8 +25,9 @@ TIMES = f"{NBSP}×{NBSP}"
 MINUS = "\u2212"
 
 # An e-notation token: a mantissa (digits, optional decimals) then e/E and a signed exponent.
-# Not preceded by a letter, digit or dot, so identifiers such as "1e3x" or "v2e-1" are left alone.
-_E_TOKEN = re.compile(r"(?<![\w.])([+-]?\d+(?:\.\d*)?)[eE]([+-]?\d+)(?![\w.])")
+# Not preceded by a letter, digit or dot, nor followed by a letter, digit or decimal part, so
+# identifiers such as "1e3x" or "v2e-1" are left alone (a full stop after a number is fine).
+_E_TOKEN = re.compile(r"(?<![\w.])([+-]?\d+(?:\.\d*)?)[eE]([+-]?\d+)(?!\w|\.\d)")
 
 
 def _power(mantissa: str, exponent: str) -> str:

@@ -57,3 +57,9 @@ def test_docstring_prose_sets_numbers_and_constants_like_the_book():
     assert "rtol 10⁻¹⁰" in out and r"\|x\|" in out  # prose: a power of ten, bars escaped
     assert "``1e-3``" in out and ":math:`|a|`" in out  # literals and math untouched
     assert "is ``None`` for a run" in out and "``NaN`` or ``inf``;" in out and "Nonesuch" in out
+
+
+def test_docstring_prose_reads_a_literal_broken_across_lines():
+    lines = ["diff = ``tie_gap(sd_a,", "tie_exponent)`` (no tie if None); B ``fixed_bc``"]
+    out = book_site.docstring_prose("\n".join(lines)).split("\n")
+    assert out == ["diff = ``tie_gap(sd_a,", "tie_exponent)`` (no tie if ``None``); B ``fixed_bc``"]

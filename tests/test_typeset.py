@@ -63,3 +63,8 @@ def test_column_has_one_precision():
 def test_bad_input(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_scientific_at_the_end_of_a_sentence():
+    assert typeset.scientific("gives ≈ 1.53e-8. Next") == f"gives ≈ 1.53{NB}×{NB}10⁻⁸. Next"
+    assert typeset.scientific("1e-3.5") == "1e-3.5"  # not a number we write

@@ -174,7 +174,7 @@ def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doc
 
 # In the plain-text formulas of lib's docstrings, |x| is an absolute value, not an rST
 # substitution reference: escape a bar outside ``literals`` and :math:`roles`.
-_LITERAL = re.compile(r"(``.*?``|:math:`[^`]*`)")
+_LITERAL = re.compile(r"(``.*?``|:math:`[^`]*`)", re.DOTALL)  # a literal may span lines
 
 
 # Python's constants, written bare in a docstring's prose, are set as code on the page.
@@ -188,10 +188,11 @@ def escape_bars(line: str) -> str:
 
 
 def docstring_prose(line: str) -> str:
-    """A docstring line as the API page shows it: outside inline literals and math roles, bars
-    escaped (:func:`escape_bars`), numbers in e-notation written as powers of ten like the rest
-    of the book (``rtol 1e-10`` -> ``rtol 10⁻¹⁰``, :func:`lib.typeset.scientific`), and Python's
-    ``None``/``nan``/``inf`` set as code, not as words of the text."""
+    """A docstring (or a line of one) as the API page shows it: outside inline literals and
+    math roles, bars escaped (:func:`escape_bars`), numbers in e-notation written as powers of
+    ten like the rest of the book (``rtol 1e-10`` -> ``rtol 10⁻¹⁰``,
+    :func:`lib.typeset.scientific`), and Python's ``None``/``nan``/``inf`` set as code, not as
+    words of the text."""
     from lib import typeset
 
     parts = _LITERAL.split(line)
@@ -206,7 +207,8 @@ def docstring_prose(line: str) -> str:
 def on_docstring(app: Sphinx, what: str, name: str, obj, options, lines: list[str]) -> None:
     """Read lib's docstrings as written (see :func:`docstring_prose`)."""
     if name == "lib" or name.startswith("lib."):
-        lines[:] = [docstring_prose(line) for line in lines]
+        # the whole docstring at once: an inline literal may be broken across two lines
+        lines[:] = docstring_prose("\n".join(lines)).split("\n")
 
 
 class LibModules(SphinxDirective):
