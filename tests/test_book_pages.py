@@ -278,3 +278,10 @@ def test_the_execution_table_names_pages_and_marks_in_words():
     assert rows[0] == ["Page", "Executed at", "Method", "Run time (s)", "Status"]
     assert [row[0] for row in rows[1:]] == ["book/broken", "A chapter"]  # no title: the docname
     assert [row[-1] for row in rows[1:]] == ["failed", "ok"]
+
+
+def test_alt_from_a_caption_with_a_title_sentence_says_more_than_the_title():
+    caption = "The poisoning window. Left: the clean and poisoned losses over time. " + "X. " * 90
+    assert book_pages.alt_from_caption(caption) == (
+        "The poisoning window. Left: the clean and poisoned losses over time."
+    )

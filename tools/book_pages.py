@@ -53,7 +53,8 @@ LOGGER = logging.getLogger(__name__)
 
 STYLE = "book_author_year"  # the name of the pybtex styles and of the referencing style
 LABEL_SEP = ", "  # between the authors and the year, in a label as in the in-text citation
-ALT_LIMIT = 250  # characters: a longer caption gives only its first sentence as alt text
+ALT_LIMIT = 250  # characters: a longer caption gives only its first sentences as alt text
+ALT_MIN_WORDS = 8  # ... as many as it takes to say this much
 CODE_LICENCE = "MIT"
 CONTENT_LICENCE = ("CC BY 4.0", "https://creativecommons.org/licenses/by/4.0/")
 CITE_ANCHOR = "cite-this-book"  # the id of the intro's "Cite this book" section
@@ -195,15 +196,21 @@ def alt_is_placeholder(alt: str | None, uri: str = "") -> bool:
 
 def alt_from_caption(caption: str, limit: int = ALT_LIMIT) -> str:
     """A caption's text as alt text: whitespace collapsed; a caption longer than ``limit``
-    characters gives its first sentence, and a first sentence still longer is cut at a word
-    boundary before ``limit`` with an ellipsis."""
+    characters gives its first sentences, as many as it takes to reach ``ALT_MIN_WORDS`` words
+    within ``limit`` characters (a title such as "The poisoning window." alone says too little),
+    and otherwise the text is cut at a word boundary before ``limit`` with an ellipsis."""
     text = " ".join(caption.split())
     if len(text) <= limit:
         return text
-    first = _SENTENCE_END.split(text, maxsplit=1)[0]
-    if len(first) <= limit:
-        return first
-    cut = first[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    alt = ""
+    for sentence in _SENTENCE_END.split(text):
+        longer = f"{alt} {sentence}".strip()
+        if len(longer) > limit:
+            break
+        alt = longer
+        if len(alt.split()) >= ALT_MIN_WORDS:
+            return alt
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
     return cut + "…"
 
 
