@@ -18,7 +18,7 @@ Usage::
    For paper: the solutions and the hidden code cells are expanded (a reader cannot click them
    open), the site's navigation is hidden, an animation shows its first frame without its
    buttons, a multi-slider figure its current frame and values, long code lines wrap, and a
-   display equation wider than the text is scaled down to the text's width.
+   display equation or a table wider than the text is zoomed out to the text's width.
 3. **Check.** Before printing: every formula typeset, no raw TeX left, every image loaded. After:
    the PDF's page count, images and fonts (MathJax's own fonts, when there is math) are read from
    the file and printed; the run fails when any of this is wrong.
@@ -60,7 +60,10 @@ PRINT_CSS = """
   .bd-container, .bd-container__inner, .bd-page-width, .bd-main, .bd-content,
   .bd-article-container, .bd-article { max-width: 100% !important; width: 100% !important;
     padding-left: 0 !important; padding-right: 0 !important; margin: 0 !important; }
-  body { font-size: 10.5pt; }
+  /* the theme sizes everything in rem: 10 pt text, code and headings in proportion */
+  html { font-size: 10pt !important; }
+  /* a table as wide as the text: its cells may break long words (numbers, identifiers) */
+  main table td, main table th { overflow-wrap: anywhere; }
   /* a shadow is printed as a page-wide soft-mask image: megabytes for nothing on paper (the
      :not(#_) outweighs the theme's own !important shadows on admonitions) */
   body *:not(#_) { box-shadow: none !important; text-shadow: none !important; }
@@ -69,7 +72,8 @@ PRINT_CSS = """
   #jb-print-docs-body, details.hide > summary { display: none !important; }
   pre, pre code { white-space: pre-wrap !important; overflow-wrap: anywhere;
     overflow: visible !important; }
-  .highlight, .cell_output, .output { overflow: visible !important; }
+  .highlight, .cell_output, .output, .pst-scrollable-table-container {
+    overflow: visible !important; }
   mjx-container[display="true"] { overflow: visible !important; }
   img { max-width: 100% !important; height: auto !important; }
   figure, .cell_output img, .slider-grid, .animation, table, mjx-container[display="true"] {
@@ -107,19 +111,27 @@ PREPARE_JS = """
 }
 """
 
-SCALE_EQUATIONS_JS = """
+# On paper nothing scrolls: a display equation or a table wider than the text is zoomed out to
+# the text's width. Returns how many of each.
+SCALE_TO_FIT_JS = """
 () => {
-  let scaled = 0;
+  const fit = (el, width, column) => {
+    if (width > column + 1 && column > 0) {
+      el.style.zoom = String(Math.floor(1000 * column / width) / 1000);
+      return 1;
+    }
+    return 0;
+  };
+  let equations = 0, tables = 0;
   for (const box of document.querySelectorAll('mjx-container[display="true"]')) {
     const inner = box.querySelector('mjx-math');
     const width = inner ? inner.getBoundingClientRect().width : 0;
-    const column = box.parentElement.clientWidth;
-    if (width > column + 1 && column > 0) {
-      box.style.fontSize = `${Math.floor(100 * column / width)}%`;
-      scaled += 1;
-    }
+    equations += fit(box, width, box.parentElement.clientWidth);
   }
-  return scaled;
+  for (const table of document.querySelectorAll('main table')) {
+    tables += fit(table, table.scrollWidth, table.parentElement.clientWidth);
+  }
+  return {equations, tables};
 }
 """
 
@@ -287,7 +299,9 @@ def print_pdf(single: Path, out: Path) -> dict:
             page.wait_for_function(
                 "() => [...document.images].every((img) => img.complete)", timeout=TIMEOUT_MS
             )
-            prepared["scaled"] = page.evaluate(SCALE_EQUATIONS_JS)
+            prepared["scaled"] = page.evaluate(SCALE_TO_FIT_JS)
+            # Anything still wider than the text makes Chromium shrink every page to fit it.
+            prepared["width"] = page.evaluate("() => document.documentElement.scrollWidth")
             state = page.evaluate(STATE_JS)
             problems = problems_before_printing(state)
             if problems:
@@ -369,10 +383,16 @@ def main(argv: list[str] | None = None) -> int:
         f"pdf: {out} printed in {time.perf_counter() - start:.0f} s: {summary['pages']} pages "
         f"({PAPER}), {out.stat().st_size / 2**20:.1f} MiB, {summary['images']} images "
         f"({printed['images']} on the page), {printed['formulas']} formulas "
-        f"({printed['scaled']} display equations scaled to the text width), "
+        f"(zoomed out to the text width: {printed['scaled']['equations']} display equations, "
+        f"{printed['scaled']['tables']} tables), "
         f"{printed['chapters']} chapters, fonts: {', '.join(summary['fonts'])}"
     )
     problems = check_pdf(summary, printed["formulas"])
+    if printed["width"] > TEXT_WIDTH_PX + 1:
+        problems.append(
+            f"the page is {printed['width']} px wide, the text {TEXT_WIDTH_PX} px: Chromium "
+            "shrank every page to fit it (a wide element that nothing zooms out)"
+        )
     if problems:
         print("pdf: FAILED: " + "; ".join(problems))
         return 1
