@@ -3,12 +3,15 @@
 Usage::
 
     python tools/site_test.py [SITE]     # SITE: the built HTML book, default _build/html
+    python tools/site_test.py --report findings.txt     # also every failure, by page, to a file
+    python tools/site_test.py --only gradient-flow      # only the pages whose path contains it
 
 ``make site-test`` builds the book and runs this. The site is served on 127.0.0.1; every request
 for another host is blocked (the test passes with the network off), and is listed, but counts as a
 failure only through its consequences (math not typeset, an image missing). For every page:
 
-- no failed request and no HTTP error for a file of the site itself, no console error, no uncaught
+- no failed request and no HTTP error for a file of the site itself (scripts that MathJax loads
+  late and its fonts included: every request of the page is seen), no console error, no uncaught
   JavaScript exception;
 - math: every formula is typeset by MathJax (an ``mjx-container`` per formula) and no raw TeX
   (``\\(``, ``\\[``, ``$$``, ``\\begin{``) is left in the text outside code;
