@@ -88,7 +88,8 @@ def column(values: Sequence, digits: int = 3) -> list[str]:
 
     If the column's non-zero magnitudes span [10⁻², 10⁴), every entry is written with the same
     number of decimals, enough to show ``digits`` significant digits of the smallest non-zero one
-    (at most 6); otherwise every entry is written as m × 10ⁿ with ``digits`` significant digits.
+    (at most 6; none when every one is a whole number); otherwise every entry is written as
+    m × 10ⁿ with ``digits`` significant digits.
     Integers stay integers; strings and ``None`` (shown as an em dash) pass through.
     """
     if isinstance(values, str) or not isinstance(values, Sequence):
@@ -105,7 +106,9 @@ def column(values: Sequence, digits: int = 3) -> list[str]:
             floats.append(abs(v))
     nonzero = [v for v in floats if v != 0]
     sci = bool(nonzero) and (min(nonzero) < 1e-2 or max(nonzero) >= 1e4)
-    if nonzero and not sci:
+    if nonzero and not sci and all(v.is_integer() for v in floats):
+        decimals = 0  # 1.0, 10.0, 100.0: whole numbers, written as such
+    elif nonzero and not sci:
         smallest = min(nonzero)
         decimals = min(6, max(0, digits - 1 - math.floor(math.log10(smallest))))
     else:

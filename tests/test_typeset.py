@@ -68,3 +68,8 @@ def test_bad_input(call):
 def test_scientific_at_the_end_of_a_sentence():
     assert typeset.scientific("gives ≈ 1.53e-8. Next") == f"gives ≈ 1.53{NB}×{NB}10⁻⁸. Next"
     assert typeset.scientific("1e-3.5") == "1e-3.5"  # not a number we write
+
+
+def test_column_of_whole_numbers_has_no_decimals():
+    assert typeset.column([1.0, 10.0, 1000.0], digits=6) == ["1", "10", "1000"]
+    assert typeset.column([1.0, 2.5]) == ["1.00", "2.50"]
