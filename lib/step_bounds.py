@@ -226,8 +226,10 @@ def theorem15_iterations(
     """The iteration count k of Theorem 15 (the paper's eq. (24)) at step η:
 
     k = ⌈2n (max{1, (3/2) κ})^n / (‖W_{n:1,0}‖ η) · ln(15 n max{1, κ} / (‖W_{n:1,0}‖
-    min{1, ε̃})) + 1⌉. The paper prints max{1, 3/2, κ}; its eq. (21), its proof and Lemma 48 have
-    the product (3/2)κ, used here. A float, since k exceeds any integer type at eq. (23)'s step.
+    min{1, ε̃})) + 1⌉, with eq. (21)'s product (3/2)κ: the proof (Appendix I.13) takes k so that
+    kη ≥ t̄ of eq. (21), which only the product guarantees. (The text of the paper we read shows a
+    list max{1, 3/2, κ} in eq. (24) and eqs. (74)–(76), the product in eqs. (21), (77) and (78).)
+    A float, since k exceeds any integer type at eq. (23)'s step.
     """
     n, w, nu, eps = _regression_constants(depth, norm0, alignment, accuracy, largest=0.2)
     step = as_positive_float(step, "step")
@@ -247,9 +249,9 @@ def theorem32_unbalancedness(depth: int, norm0: float, alignment: float, accurac
     """The unbalancedness ε̂ that Theorem 32 tolerates at the start (the paper's eq. (34)):
 
     ε̂ = ‖W_{n:1,0}‖⁸ min{1, ε̃²} / (n^15 e^{12n+6} K^{9n−5} ln(23 n K / (‖W_{n:1,0}‖
-    min{1, ε̃}))²), K = max{3, (3 − ν)/(1 + ν)}. The paper prints the logarithm's power as −2 in
-    the denominator; the last lines of its proof (Appendix I.20), which define ε̂, have it as +2,
-    used here (the smaller value).
+    min{1, ε̃}))²), K = max{3, (3 − ν)/(1 + ν)}: the form the last lines of the proof (Appendix
+    I.20) arrive at, the squared logarithm dividing (the smaller value). The text of eq. (34) we
+    read shows the power −2 inside the denominator, which would make the logarithm multiply.
     """
     n, w, eps, big, log_term = _theorem32_terms(depth, norm0, alignment, accuracy)
     log_value = (
