@@ -91,6 +91,8 @@ def theorem1_init(
     uniform entries, although the text says Gaussian), sorted descending, then a_2 := a_1 − diff,
     which places a(0) near the set of Theorem 1: tiny, positive, the top two entries nearly tied.
     Alternatively ``relative_gap = g`` sets a_2 := a_1 (1 − g); with neither, the random gap stays.
+    The entries below a_2 are not re-sorted: when g > 1 − a_3/a_1 the third entry exceeds the new
+    a_2, so the point is not sorted and its top gap is a_1 − a_3, smaller than g·a_1.
     """
     d = as_int(d, "d", minimum=2, maximum=10**7)
     seed = as_seed(seed)
@@ -473,11 +475,11 @@ def theorem1_lower_bound(d: int, kappa: int) -> float:
     """Theorem 1's lower bound on the poisoned Gen_k, k ≥ κ+2: min{0.1, (1 − 0.6^{1/(κ−1)})/(9d)}.
 
     In absolute units (divide by d for the normalization of the paper's tables). This is the
-    constant of the theorem's statement in the main text. The appendix does not carry the same
-    one: Corollary 8 and App. E.4, which conclude the proof, write the bound with a leading factor
-    that the OCR'd text renders as "i" / "L", most likely 1/2, and the proof of Lemma 3 produces
-    min{0.1, 0.9 (1 − 0.6^{1/(κ−1)})/d}. The proved bound may therefore be half of the value
-    returned here. The measured poisoned errors exceed both by orders of magnitude.
+    constant of the theorem's statement in the main text. The proof applies Lemma 3 directly to
+    the poisoned limit, and the lemma's argument gives the larger min{0.1, 0.9 (1 − 0.6^{1/(κ−1)})/d}
+    (8.1 times this value for d = 10, κ = 7), which implies the stated bound. (The concluding lines
+    of App. E.3-E.4 write the constant with a leading factor the OCR'd text renders as "i" / "L";
+    it does not weaken what Lemma 3 gives.)
     """
     d = as_int(d, "d", minimum=2)
     kappa = _check_kappa(kappa)
