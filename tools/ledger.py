@@ -1,4 +1,4 @@
-"""The reproductions ledger from the command line (lib/ledger.py explains the ledger).
+"""The reproductions ledger from the command line (lib/ledger.py explains the ledger and its rule).
 
 Usage::
 
@@ -7,7 +7,9 @@ Usage::
 
 ``make ledger`` executes every chapter and runs ``write``; ``make test`` and ``make book`` execute
 every chapter and run ``check``, which fails (exit status 1) with one line per moved number,
-changed status, missing or new entry, each naming its chapter and entry.
+changed status, missing or new entry, and per entry whose status does not follow from its numbers
+by the ledger's rule (in the run or in the committed file), each naming its chapter and entry. A
+malformed ledger file fails with a message that names the file.
 """
 
 from __future__ import annotations
@@ -22,6 +24,39 @@ sys.path.insert(0, str(ROOT))
 from lib import ledger  # noqa: E402  (after the path is set)
 
 
+def _run(args: argparse.Namespace) -> int:
+    fresh = ledger.collect()
+    if not fresh:
+        print(f"ledger: no entries in {ledger.ledger_dir()}: execute the chapters first")
+        return 1
+    ruled = ledger.rule_problems({c: d["entries"] for c, d in fresh.items()})
+    if ruled:
+        print(f"ledger: statuses in {ledger.ledger_dir()} that the rule does not give:")
+        print("\n".join(f"  {line}" for line in ruled))
+        return 1
+    if args.command == "write":
+        path = ledger.save(fresh, args.committed)
+        total = sum(len(d["entries"]) for d in fresh.values())
+        print(f"ledger: wrote {total} entries of {len(fresh)} chapters to {path}")
+        return 0
+    committed = ledger.load(args.committed)
+    problems = [f"{line} (in {args.committed})" for line in ledger.rule_problems(committed)]
+    problems += ledger.compare(fresh, committed)
+    if not args.executed_only:
+        problems += [
+            f"{chapter}: its entries are committed but the chapter recorded none in this run"
+            for chapter in sorted(set(committed) - set(fresh))
+        ]
+    if problems:
+        print(f"ledger: the chapters' entries differ from {args.committed}:")
+        print("\n".join(f"  {line}" for line in problems))
+        print("If the change is intended, run `make ledger` and commit book/results/ledger.json.")
+        return 1
+    total = sum(len(d["entries"]) for d in fresh.values())
+    print(f"ledger: {total} entries of {len(fresh)} chapters agree with {args.committed}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("write", "check"))
@@ -31,30 +66,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="check only the chapters this run executed (a Sphinx build "
                              "re-executes only the pages that changed since the last one)")
     args = parser.parse_args(argv)
-    fresh = ledger.collect()
-    if not fresh:
-        print(f"ledger: no entries in {ledger.ledger_dir()}: execute the chapters first")
+    try:
+        return _run(args)
+    except ValueError as error:  # a malformed ledger file: the message names it
+        print(f"ledger: {error}")
         return 1
-    if args.command == "write":
-        path = ledger.save(fresh, args.committed)
-        total = sum(len(d["entries"]) for d in fresh.values())
-        print(f"ledger: wrote {total} entries of {len(fresh)} chapters to {path}")
-        return 0
-    committed = ledger.load(args.committed)
-    problems = ledger.compare(fresh, committed)
-    if not args.executed_only:
-        problems += [
-            f"{chapter}: its entries are committed but the chapter recorded none in this run"
-            for chapter in sorted(set(committed) - set(fresh))
-        ]
-    if problems:
-        print(f"ledger: the chapters' reproduced numbers differ from {args.committed}:")
-        print("\n".join(f"  {line}" for line in problems))
-        print("If the change is intended, run `make ledger` and commit book/results/ledger.json.")
-        return 1
-    total = sum(len(d["entries"]) for d in fresh.values())
-    print(f"ledger: {total} entries of {len(fresh)} chapters agree with {args.committed}")
-    return 0
 
 
 if __name__ == "__main__":
