@@ -130,3 +130,23 @@ def column(values: Sequence, digits: int = 3) -> list[str]:
         else:
             raise ValueError(f"a table cell must be a number or a string, got {_describe(v)}")
     return cells
+
+
+def number_range(low, high, spec: str = "", separator: str = " to ") -> str:
+    """The range from ``low`` to ``high``, each written by :func:`number` with ``spec``:
+    ``number_range(0.12, 0.47, ".2f") == "0.12 to 0.47"``.
+
+    A range whose two ends print the same (``10.0000 to 10.0000``, ``400 to 400``) is written as
+    that one number, ``"10.0000"``: a reader sees one value, not an interval that says nothing.
+    A chapter whose sentence must read differently then ("all equal to ...") compares
+    ``number(low, spec) == number(high, spec)`` itself. ``separator`` goes between the ends
+    (``" to "``, or ``"–"`` in a table). Raises ``ValueError`` for nan or inf (as :func:`number`),
+    for ``low > high``, and for a ``separator`` that is not a string.
+    """
+    low, high = _as_real(low, "low"), _as_real(high, "high")
+    if not isinstance(separator, str):
+        raise ValueError(f"separator must be a string such as ' to ', got {_describe(separator)}")
+    first, last = number(low, spec), number(high, spec)
+    if low > high:
+        raise ValueError(f"low must not exceed high, got low={low!r} > high={high!r}")
+    return first if first == last else f"{first}{separator}{last}"

@@ -39,6 +39,14 @@ def _oracle_column(result, values, digits=3):
     return len(result) == len(values) and all(isinstance(cell, str) for cell in result)
 
 
+def _oracle_range(result, low, high, spec="", separator=" to "):
+    ends = result.split(separator) if separator and separator in result else [result]
+    values = [read_back(end) for end in ends]
+    expected = [float(format(v, spec).replace(",", "")) for v in (low, high)]
+    return len(values) in (1, 2) and math.isclose(values[0], expected[0], rel_tol=1e-12) and \
+        math.isclose(values[-1], expected[1], rel_tol=1e-12)
+
+
 def _figure() -> object:
     from matplotlib.figure import Figure
 
@@ -55,6 +63,9 @@ def cases() -> list[Case]:
     return [
         Case("typeset.number", typeset.number,
              [P("value", 2.1e10, "float"), P("spec", ".1e", "text")], oracle=_oracle_number),
+        Case("typeset.number_range", typeset.number_range,
+             [P("low", 0.12, "float"), P("high", 0.47, "float"), P("spec", ".2f", "text"),
+              P("separator", " to ", "text")], oracle=_oracle_range),
         Case("typeset.scientific", typeset.scientific, [P("text", "4.8e-04 and 3", "text")]),
         Case("typeset.column", typeset.column,
              [P("values", [0.00127, 12.5, None, "x"], "object"), P("digits", 3, "int")],

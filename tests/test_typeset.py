@@ -73,3 +73,19 @@ def test_scientific_at_the_end_of_a_sentence():
 def test_column_of_whole_numbers_has_no_decimals():
     assert typeset.column([1.0, 10.0, 1000.0], digits=6) == ["1", "10", "1000"]
     assert typeset.column([1.0, 2.5]) == ["1.00", "2.50"]
+
+
+def test_number_range_collapses_a_range_whose_ends_print_the_same():
+    assert typeset.number_range(0.12, 0.47, ".2f") == "0.12 to 0.47"
+    assert typeset.number_range(10, 10, ".4f") == "10.0000"
+    assert typeset.number_range(400, 400) == "400"
+    # different values that print the same are one number too; the separator is the caller's
+    assert typeset.number_range(0.1199, 0.1201, ".2f") == "0.12"
+    assert typeset.number_range(1, 2, separator="–") == "1–2"
+    assert typeset.number_range(1e-5, 2e-4, ".1e") == "1.0\u00a0×\u00a010⁻⁵ to 2.0\u00a0×\u00a010⁻⁴"
+
+
+@pytest.mark.parametrize("args", [(2, 1), (float("nan"), 1), (0, float("inf")), ("1", 2)])
+def test_number_range_rejects_bad_ends(args):
+    with pytest.raises(ValueError):
+        typeset.number_range(*args)
