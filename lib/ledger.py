@@ -287,6 +287,9 @@ def subset_statistics(values, k: int, stat: str, *, max_subsets: int = MAX_SUBSE
     for name, number, low in (("k", k, 1), ("max_subsets", max_subsets, 1), ("seed", seed, 0)):
         if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {number!r:.60}")
+    if max_subsets > 10 * MAX_SUBSETS:
+        raise ValueError(f"max_subsets must be at most {10 * MAX_SUBSETS} (their statistics are "
+                         f"held in memory), got {max_subsets}")
     n = values.size
     if k > n:
         raise ValueError(f"k = {k} is more than the {n} values")

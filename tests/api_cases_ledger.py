@@ -1,13 +1,16 @@
 """Cases of :mod:`lib.ledger` for the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
 
 Every case writes into its own temporary ledger folder (``BOOK_LEDGER_DIR``), never into the
-book's ``_build/ledger``. The oracle of ``ledger.record`` recomputes the status from the rule of
-the module's docstring, so an accepted bad input that yields a wrong status is a wrong answer.
+book's ``_build/ledger``. The oracles recompute a status from the rule of the module's docstring
+by their own means (every subset by ``itertools``, percentiles by numpy), so an accepted bad input
+that yields a wrong status is a wrong answer.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -40,20 +43,69 @@ def _in_temp(function):
 
 
 @_in_temp
-def _record(key, paper, item, paper_value, ours, section, tol=None):
+def _record(key, paper, item, paper_value, ours, section, paper_stat="single", paper_n=None,
+            in_hypotheses=True, tol=None):
     ledger.start("fuzz-chapter")
     return ledger.record(key, paper=paper, item=item, paper_value=paper_value, ours=ours,
-                         section=section, tol=tol)
+                         section=section, paper_stat=paper_stat, paper_n=paper_n,
+                         in_hypotheses=in_hypotheses, tol=tol)
 
 
-def _oracle_record(result, key, paper, item, paper_value, ours, section, tol=None):
-    values = np.asarray(ours.tolist() if isinstance(ours, torch.Tensor) else ours, dtype=float)
-    if values.ndim == 0:
-        agrees = abs(float(values) - paper_value) <= tol
+def _seeds(ours) -> np.ndarray:
+    return np.asarray(ours.tolist() if isinstance(ours, torch.Tensor) else ours, dtype=float)
+
+
+def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_stat="single",
+                   paper_n=None, in_hypotheses=True, tol=None):
+    """The rule, recomputed: brute-force subsets for a statistic of paper_n runs."""
+    if not in_hypotheses:
+        return result == "illustration"
+    values = _seeds(ours)
+    if paper_stat == "exact":
+        expected = "reproduced" if abs(float(values) - paper_value) <= tol else "not reproduced"
+    elif values.ndim == 0:  # one value of ours against a random number of the paper
+        expected = "weak evidence" if abs(float(values) - paper_value) <= tol else "not reproduced"
     else:
-        q1, q3 = np.percentile(values, [25, 75])
-        agrees = q1 <= paper_value <= q3
-    return result == ("reproduced" if agrees else "not reproduced")
+        if paper_stat == "single":
+            samples = values
+        else:
+            f = {"mean": statistics.fmean, "median": statistics.median, "max": max,
+                 "min": min}[paper_stat]
+            samples = np.array([f(c) for c in itertools.combinations(values.tolist(), paper_n)])
+        low, high = np.percentile(samples, [5, 95])
+        expected = "reproduced" if low <= paper_value <= high else "not reproduced"
+    return result == expected
+
+
+@_in_temp
+def _check(key, paper, statement, predicted, ours, tol, section, in_hypotheses=True):
+    ledger.start("fuzz-chapter")
+    return ledger.check(key, paper=paper, statement=statement, predicted=predicted, ours=ours,
+                        tol=tol, section=section, in_hypotheses=in_hypotheses)
+
+
+def _oracle_check(result, key, paper, statement, predicted, ours, tol, section,
+                  in_hypotheses=True):
+    if not in_hypotheses:
+        return result == "illustration"
+    worst = np.max(np.abs(_seeds(ours) - predicted))
+    return result == ("holds" if worst <= tol else "fails")
+
+
+@_in_temp
+def _verdict(key):
+    ledger.start("fuzz-chapter")
+    ledger.record("row", paper=PAPER, item="x", paper_value=0.3, ours=0.31, tol=0.02,
+                  section="s", paper_stat="single")
+    return ledger.verdict(key)
+
+
+def _oracle_subsets(result, values, k, stat, max_subsets=ledger.MAX_SUBSETS,
+                    seed=ledger.SUBSET_SEED):
+    samples, enumerated = result
+    f = {"mean": statistics.fmean, "median": statistics.median, "max": max, "min": min}[stat]
+    brute = sorted(f(c) for c in itertools.combinations(_seeds(values).tolist(), k))
+    return enumerated and np.allclose(np.sort(samples), brute, rtol=1e-12, atol=0)
 
 
 def _sample_run() -> dict:
@@ -64,14 +116,25 @@ def _sample_run() -> dict:
 def cases() -> list[Case]:
     run = _sample_run()
     committed = {chapter: data["entries"] for chapter, data in run.items()}
-    seeds = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    ledger.save(run, _DIR / "saved.json")
+    seeds = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.25, 0.35], dtype=torch.float64)
     return [
         Case(
             "ledger.record",
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
              P("paper_value", 0.2, "float"), P("ours", seeds, "tensor"),
-             P("section", "sec-x", "text")],
+             P("section", "sec-x", "text"), P("paper_stat", "single", "choice", True),
+             P("in_hypotheses", True, "bool", True)],
+            oracle=_oracle_record,
+        ),
+        Case(
+            "ledger.record.mean",
+            _record,
+            [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
+             P("paper_value", 0.2, "float"), P("ours", seeds, "tensor"),
+             P("section", "sec-x", "text"), P("paper_stat", "mean", "choice", True),
+             P("paper_n", 4, "int", True)],
             oracle=_oracle_record,
         ),
         Case(
@@ -79,15 +142,43 @@ def cases() -> list[Case]:
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
              P("paper_value", 1.27e-3, "float"), P("ours", 1.2712e-3, "float"),
-             P("section", "sec-x", "text"), P("tol", 5e-6, "float", True)],
+             P("section", "sec-x", "text"), P("paper_stat", "exact", "choice", True),
+             P("tol", 5e-6, "float", True)],
             oracle=_oracle_record,
         ),
+        Case(
+            "ledger.record.weak",
+            _record,
+            [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Figure 3", "text"),
+             P("paper_value", 0.3, "float"), P("ours", 0.31, "float"),
+             P("section", "sec-x", "text"), P("paper_stat", "single", "choice", True),
+             P("tol", 0.02, "float", True)],
+            oracle=_oracle_record,
+        ),
+        Case(
+            "ledger.check",
+            _check,
+            [P("key", "thm", "text"), P("paper", PAPER, "choice"),
+             P("statement", "Theorem 2, limit as t -> inf", "text"), P("predicted", 0.0, "float"),
+             P("ours", 3e-4, "float"), P("tol", 1e-3, "float"), P("section", "sec-x", "text"),
+             P("in_hypotheses", True, "bool", True)],
+            oracle=_oracle_check,
+        ),
+        Case("ledger.verdict", _verdict, [P("key", "row", "text")]),
+        Case(
+            "ledger.subset_statistics",
+            ledger.subset_statistics,
+            [P("values", seeds, "tensor"), P("k", 3, "int"), P("stat", "median", "choice"),
+             P("max_subsets", 1000, "int", True), P("seed", 1, "int", True)],
+            oracle=_oracle_subsets,
+        ),
+        Case("ledger.rule_problems", ledger.rule_problems, [P("ledger", committed, "object")]),
         Case("ledger.start", _in_temp(ledger.start), [P("chapter", "fuzz-chapter", "text")]),
         Case("ledger.collect", _in_temp(ledger.collect), [P("directory", str(_DIR), "text")]),
         Case("ledger.compare", ledger.compare,
              [P("fresh", run, "object"), P("committed", committed, "object")]),
         Case("ledger.page_markdown", ledger.page_markdown, [P("ledger", committed, "object")]),
-        Case("ledger.load", ledger.load, [P("path", str(ledger.LEDGER_PATH), "text")]),
+        Case("ledger.load", ledger.load, [P("path", str(_DIR / "saved.json"), "text")]),
         Case("ledger.save", ledger.save,
              [P("chapters", run, "object"), P("path", str(_DIR / "saved.json"), "text")]),
     ]

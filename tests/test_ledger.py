@@ -1,5 +1,6 @@
-"""The reproductions ledger (lib/ledger.py): statuses from numbers, the check that catches a
-moved number, the committed ledger's coverage, and the links from statements to their checks."""
+"""The reproductions ledger (lib/ledger.py): the rule that earns every status, pinned on worked
+cases; the check that catches a moved number or a status not earned; the committed ledger's
+coverage; and the links from statements to their checks."""
 
 from __future__ import annotations
 
@@ -33,80 +34,269 @@ def _entries(directory: Path) -> dict:
     return json.loads((directory / "some-chapter.json").read_text())["entries"]
 
 
+def _rec(key, paper_value, ours, paper_stat, **extra) -> str:
+    return ledger.record(key, paper=PAPER, item="x", paper_value=paper_value, ours=ours,
+                         section="s", paper_stat=paper_stat, **extra)
+
+
+def _brute_rank_and_band(values, k, stat, x):
+    """An independent oracle: every k-subset by itertools, the statistic by Python's statistics."""
+    import itertools
+    import statistics
+
+    f = {"mean": statistics.fmean, "median": statistics.median, "max": max, "min": min}[stat]
+    samples = np.array([f(c) for c in itertools.combinations(list(values), k)])
+    rank = (np.sum(samples < x) + 0.5 * np.sum(samples == x)) / samples.size
+    return rank, np.percentile(samples, [5, 95])
+
+
 # ---------------------------------------------------------------------------------------------
-# Statuses are computed from the numbers
+# The rule: statuses are computed from the numbers
 
 
-def test_a_spread_reproduces_when_the_paper_lies_within_its_quartiles(chapter):
-    seeds = np.arange(1.0, 9.0)  # quartiles 2.75 and 6.25
-    assert ledger.record("inside", paper=PAPER, item="x", paper_value=3.0, ours=seeds,
-                         section="s") == "reproduced"
-    assert ledger.record("outside", paper=PAPER, item="x", paper_value=7.0, ours=seeds,
-                         section="s") == "not reproduced"
-    assert ledger.record("explained", paper=PAPER, item="x", paper_value=7.0, ours=seeds,
-                         section="s", reason="our seeds", explain="why") == "differs"
-    ours = _entries(chapter)["inside"]["ours"]
+def test_a_single_run_of_the_paper_is_placed_in_the_central_90_percent_of_our_seeds(chapter):
+    seeds = np.arange(1.0, 9.0)  # 5th and 95th percentiles 1.35 and 7.65 (module docstring)
+    assert _rec("inside", 7.5, seeds, "single") == "reproduced"
+    assert _rec("outside", 7.8, seeds, "single") == "not reproduced"
+    assert _rec("low", 1.3, seeds, "single") == "not reproduced"
+    assert _rec("explained", 7.8, seeds, "single", reason="our seeds",
+                explain="why") == "differs"
+    entry = _entries(chapter)["inside"]
+    assert entry["band"] == pytest.approx([1.35, 7.65])
     # exact: the mean of the integers 1..8 is 4.5 in float64 on every machine (exact sums)
-    assert ours["n"] == 8 and ours["median"] == pytest.approx(4.5) and ours["mean"] == 4.5
+    assert entry["ours"]["n"] == 8 and entry["ours"]["median"] == pytest.approx(4.5)
+    assert entry["ours"]["mean"] == 4.5 and entry["rank"] == pytest.approx(7 / 8)
 
 
-def test_an_exact_value_reproduces_within_its_tolerance(chapter):
-    assert ledger.record("a", paper=PAPER, item="x", paper_value=1.27e-3, ours=1.2712e-3,
-                         tol=5e-6, section="s") == "reproduced"
-    assert ledger.record("b", paper=PAPER, item="x", paper_value=1.27e-3, ours=1.29e-3,
-                         tol=5e-6, section="s") == "not reproduced"
+# Twelve seeds of a skewed error (like the chapters' relative errors): quartiles 0.1875 and 1.25.
+SKEWED = np.array([0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.4, 0.6, 1.0, 2.0, 5.0, 15.0])
 
 
-def test_an_interval_of_the_paper_holds_our_value(chapter):
-    assert ledger.record("a", paper=PAPER, item="x", paper_value=(18, 20), ours=19,
-                         section="s") == "reproduced"
-    assert ledger.record("b", paper=PAPER, item="x", paper_value=(18, 20), ours=[21, 22, 23],
-                         section="s") == "not reproduced"
-    # a spread meets an interval when its interquartile range [19.5, 21.5] overlaps it
-    assert ledger.record("c", paper=PAPER, item="x", paper_value=(18, 20), ours=[19, 20, 21, 22],
-                         section="s") == "reproduced"
-    assert ledger.record("bound", paper=PAPER, item="x", paper_value=(None, 0.5), ours=0.7,
-                         section="s") == "not reproduced"
-    assert ledger.record("lower", paper=PAPER, item="x", paper_value=(0.5, None), ours=0.7,
-                         section="s") == "reproduced"
+def test_a_paper_mean_inside_our_quartiles_is_not_reproduced_when_few_of_our_means_reach_it(
+        chapter):
+    """R4's case: the paper's mean of 4 seeds against our single seeds' quartiles looks fine,
+    but a mean of 4 of our seeds is rarely that low."""
+    q1, q3 = np.percentile(SKEWED, [25, 75])
+    assert q1 <= 0.2 <= q3  # the old rule (quartiles of single seeds) called this reproduced
+    rank, band = _brute_rank_and_band(SKEWED, 4, "mean", 0.2)
+    assert rank < 0.05  # 2.3 % of the 495 means of 4 seeds are below 0.2
+    assert _rec("b7", 0.2, SKEWED, "mean", paper_n=4) == "not reproduced"
+    entry = _entries(chapter)["b7"]
+    assert entry["enumerated"] is True and entry["subsets"] == 495
+    assert entry["rank"] == pytest.approx(rank) and entry["band"] == pytest.approx(band)
+
+
+def test_the_level_is_the_central_90_percent_of_our_statistic(chapter):
+    """The boundary of the level: a paper mean that 9.6 % of our 4-means fall below lies inside
+    the central 90 %; one that 2.3 % fall below does not (same seeds)."""
+    rank, _ = _brute_rank_and_band(SKEWED, 4, "mean", 0.3)
+    assert 0.05 < rank < 0.1
+    assert _rec("inside", 0.3, SKEWED, "mean", paper_n=4) == "reproduced"
+    assert ledger.LEVEL == 0.9
+
+
+@pytest.mark.parametrize("stat", ["mean", "median", "max", "min"])
+def test_each_statistic_of_k_runs_is_compared_with_the_same_statistic_of_our_k_subsets(
+        chapter, stat):
+    for k in (2, 3, 5):
+        for x in (0.13, 0.3, 1.2, 4.0):
+            key = f"{stat}-{k}-{str(x).replace('.', 'p')}"
+            status = _rec(key, x, SKEWED, stat, paper_n=k)
+            rank, (low, high) = _brute_rank_and_band(SKEWED, k, stat, x)
+            assert _entries(chapter)[key]["rank"] == pytest.approx(rank)
+            assert status == ("reproduced" if low <= x <= high else "not reproduced"), key
+
+
+def test_one_run_on_each_side_is_at_best_weak_evidence(chapter):
+    assert _rec("one", 0.30, 0.31, "single", tol=0.02) == "weak evidence"
+    assert _rec("far", 0.30, 0.35, "single", tol=0.02) == "not reproduced"
+    assert _rec("far-explained", 0.30, 0.35, "single", tol=0.02, reason="r",
+                explain="why") == "differs"
+    # one value of ours against the paper's mean of 4 runs: no spread of ours either
+    assert _rec("one-vs-mean", 0.30, 0.31, "mean", paper_n=4, tol=0.02) == "weak evidence"
+    # exactly as many seeds of ours as the paper's statistic used: one value of the statistic
+    assert _rec("n-equal", 2.5, [1.0, 2.0, 3.0, 4.0], "mean", paper_n=4,
+                tol=0.01) == "weak evidence"
+    assert _rec("n-equal-far", 2.6, [1.0, 2.0, 3.0, 4.0], "mean", paper_n=4,
+                tol=0.01) == "not reproduced"
+
+
+def test_an_exact_value_is_reproduced_within_its_tolerance(chapter):
+    assert _rec("a", 1.27e-3, 1.2712e-3, "exact", tol=5e-6) == "reproduced"
+    assert _rec("b", 1.27e-3, 1.29e-3, "exact", tol=5e-6) == "not reproduced"
+
+
+def test_a_run_outside_the_hypotheses_is_an_illustration_whatever_the_numbers(chapter):
+    assert _rec("agrees", 1.0, 1.0, "exact", tol=0.1, in_hypotheses=False) == "illustration"
+    assert _rec("disagrees", 7.8, np.arange(1.0, 9.0), "single",
+                in_hypotheses=False) == "illustration"
+    assert _rec("explained", 9.0, 1.0, "exact", tol=0.1, in_hypotheses=False, reason="r",
+                explain="why") == "illustration"
+
+
+def test_an_interval_of_the_paper_holds_our_value_or_nine_tenths_of_our_seeds(chapter):
+    assert _rec("a", (18, 20), 19, "interval") == "reproduced"
+    assert _rec("b", (18, 20), [21, 22, 23], "interval") == "not reproduced"
+    # 20 seeds 18.0, 18.1, ..., 19.9: the central 90 % (18.095 to 19.805) lies inside
+    assert _rec("c", (18, 20), np.arange(180, 200) / 10, "interval") == "reproduced"
+    # the interquartile range meets the interval but the 95th percentile (21.7) lies beyond it
+    assert _rec("d", (18, 20), [19, 20, 21, 22], "interval") == "not reproduced"
+    assert _rec("bound", (None, 0.5), 0.7, "interval") == "not reproduced"
+    assert _rec("lower", (0.5, None), 0.7, "interval") == "reproduced"
+    assert _rec("lower-spread", (0.5, None), np.linspace(0.45, 1.0, 12),
+                "interval") == "not reproduced"  # 5th percentile 0.48 < 0.5
+
+
+def test_a_check_of_a_statement_holds_or_fails_and_is_not_a_reproduction(chapter):
+    def _check(key, predicted, ours, tol, **extra):
+        return ledger.check(key, paper=PAPER, statement="Theorem 2, limit as t -> inf",
+                            predicted=predicted, ours=ours, tol=tol, section="s", **extra)
+
+    assert _check("limit", 0.0, 3e-4, 1e-3, convergence="gap 3e-2, 3e-3, 3e-4") == "holds"
+    assert _check("miss", 0.0, 3e-3, 1e-3) == "fails"
+    assert _check("bound", (None, 1.0), 1.0005, 1e-3) == "holds"
+    assert _check("bound-miss", (None, 1.0), 1.01, 1e-3) == "fails"
+    assert _check("seeds", 0.0, [1e-4, 2e-4, 2e-3], 1e-3) == "fails"  # every seed must agree
+    assert _check("outside", 0.0, 5.0, 1e-3, in_hypotheses=False) == "illustration"
+    entries = _entries(chapter)
+    assert entries["limit"]["kind"] == "check" and entries["limit"]["convergence"]
+    assert ledger.verdict("limit") == "holds" and ledger.verdict("miss") == "fails"
+    page = ledger.page_markdown({"some-chapter": entries})
+    assert "**0 numbers**" in page and "| item |" not in page  # no table of paper numbers
+    assert "**6 checks**" in page and "statement checked" in page
+
+
+def test_verdict_returns_the_status_of_this_kernels_entry(chapter):
+    _rec("one", 0.30, 0.31, "single", tol=0.02)
+    assert ledger.verdict("one") == "weak evidence"
+    with pytest.raises(ValueError, match="no entry 'two'"):
+        ledger.verdict("two")
+    ledger.start("some-chapter")  # a re-executed chapter forgets its old verdicts
+    with pytest.raises(ValueError):
+        ledger.verdict("one")
+
+
+# ---------------------------------------------------------------------------------------------
+# Subsets: enumerated, or drawn at random
+
+
+@pytest.mark.parametrize("n,k", [(30, 4), (16, 8)])  # Floyd's sampler, then random keys
+def test_drawn_subsets_agree_with_the_enumeration(n, k):
+    """The shares below a few points agree within 4 standard errors of a share of m draws,
+    4 (1/4m)^(1/2); the 5th/95th percentiles within a small part of the statistic's spread."""
+    values = np.random.default_rng(7).lognormal(size=n)
+    exact, enumerated = ledger.subset_statistics(values, k, "mean")
+    assert enumerated and exact.size == __import__("math").comb(n, k)
+    m = exact.size // 2
+    drawn, enumerated = ledger.subset_statistics(values, k, "mean", max_subsets=m)
+    assert not enumerated and drawn.size == m
+    for x in np.percentile(exact, [5, 25, 50, 75, 95]):
+        assert abs(np.mean(drawn < x) - np.mean(exact < x)) <= 4 * (0.25 / m) ** 0.5
+    spread = np.percentile(exact, 95) - np.percentile(exact, 5)
+    assert np.allclose(ledger._band(drawn), ledger._band(exact), atol=0.02 * spread)
+    again, _ = ledger.subset_statistics(values, k, "mean", max_subsets=m)
+    assert np.array_equal(drawn, again)  # a fixed generator: the same draws on every run
+
+
+@pytest.mark.parametrize("n,k", [(30, 4), (16, 8)])
+def test_drawn_subsets_are_uniform_and_without_repeats(n, k):
+    rng = np.random.default_rng(3)
+    rows = ledger._draw_subsets(n, k, 40_000, rng)
+    assert rows.shape == (40_000, k)
+    assert all(len(set(r)) == k for r in rows[:2000].tolist())
+    counts = np.bincount(rows.ravel(), minlength=n) / rows.size
+    # each index is in a subset with probability k/n; its share of all picks is 1/n
+    assert np.allclose(counts, 1 / n, atol=5 * (1 / (n * rows.size)) ** 0.5)
+
+
+def test_a_large_seed_set_draws_its_subsets(chapter):
+    values = np.random.default_rng(0).lognormal(size=128)
+    _rec("big", 1.0, values, "mean", paper_n=4)
+    entry = _entries(chapter)["big"]
+    assert entry["enumerated"] is False and entry["subsets"] == ledger.MAX_SUBSETS
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad arguments
+
+
+SEEDS = [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"key": "Not A Key"}, "key"),
+        ({"paper": "someone2020"}, "paper"),
+        ({"item": ""}, "item"),
+        ({"paper_value": float("nan")}, "finite"),
+        ({"paper_value": (3.0, 1.0), "paper_stat": "interval"}, "low <= high"),
+        ({"paper_value": (None, None), "paper_stat": "interval"}, "interval"),
+        ({"paper_value": (1.0, 2.0)}, "paper_stat='interval'"),
+        ({"paper_stat": "interval"}, "paper_value = \\(low, high\\)"),
+        ({"paper_stat": "average"}, "paper_stat must be one of"),
+        ({"paper_stat": None}, "paper_stat must be one of"),
+        ({"ours": [1.0]}, "at least 2"),
+        ({"ours": [1.0, float("inf")]}, "finite"),
+        ({"ours": "3"}, "ours"),
+        ({"ours": np.ones((2, 2))}, "1-D"),
+        ({"ours": SEEDS, "tol": None}, "deterministic"),  # exact against a spread
+        ({"tol": None}, "tol"),
+        ({"tol": -1.0}, "tol"),
+        ({"paper_stat": "single", "tol": None}, "needs tol"),  # one against one, no tol
+        ({"paper_stat": "single", "ours": SEEDS}, "tol applies only"),  # tol with a spread
+        ({"paper_stat": "mean", "ours": SEEDS, "tol": None}, "needs paper_n"),
+        ({"paper_stat": "mean", "ours": SEEDS, "paper_n": 6, "tol": None}, "only 5"),
+        ({"paper_stat": "median", "ours": SEEDS, "paper_n": 1, "tol": None}, "paper_n"),
+        ({"paper_stat": "max", "ours": SEEDS, "paper_n": True, "tol": None}, "paper_n"),
+        ({"paper_stat": "min", "ours": SEEDS, "paper_n": 2.0, "tol": None}, "paper_n"),
+        ({"paper_n": 4}, "takes none"),  # exact
+        ({"paper_stat": "single", "paper_n": 1}, "takes none"),
+        ({"in_hypotheses": "no"}, "in_hypotheses"),
+        ({"in_hypotheses": None}, "in_hypotheses"),
+        ({"section": "has space"}, "section"),
+        ({"reason": "a reason without its link"}, "go together"),
+        ({"explain": "bad label!", "reason": "r"}, "explain"),
+    ],
+)
+def test_bad_records_get_a_value_error(chapter, change, message):
+    arguments = dict(key="k", paper=PAPER, item="x", paper_value=1.0, ours=1.0, tol=0.1,
+                     section="s", paper_stat="exact")
+    arguments.update(change)
+    key = arguments.pop("key")
+    with pytest.raises(ValueError, match=message):
+        ledger.record(key, **arguments)
 
 
 @pytest.mark.parametrize(
     "change",
-    [
-        {"key": "Not A Key"},
-        {"paper": "someone2020"},
-        {"item": ""},
-        {"paper_value": float("nan")},
-        {"paper_value": (3.0, 1.0)},
-        {"paper_value": (None, None)},
-        {"ours": [1.0]},
-        {"ours": [1.0, float("inf")]},
-        {"ours": "3"},
-        {"ours": np.ones((2, 2))},
-        {"tol": None},
-        {"tol": -1.0},
-        {"section": "has space"},
-        {"reason": "a reason without its link"},
-    ],
+    [{"paper": "x"}, {"statement": " "}, {"predicted": "0"}, {"predicted": (2.0, 1.0)},
+     {"ours": [1.0]}, {"tol": None}, {"tol": -1e-3}, {"section": None},
+     {"in_hypotheses": 1}, {"convergence": ""}],
 )
-def test_bad_records_get_a_value_error(chapter, change):
-    arguments = dict(key="k", paper=PAPER, item="x", paper_value=1.0, ours=1.0, tol=0.1,
+def test_bad_checks_get_a_value_error(chapter, change):
+    arguments = dict(paper=PAPER, statement="Theorem 1", predicted=0.0, ours=1e-4, tol=1e-3,
                      section="s")
     arguments.update(change)
-    key = arguments.pop("key")
     with pytest.raises(ValueError):
-        ledger.record(key, **arguments)
+        ledger.check("k", **arguments)
 
 
-def test_an_entry_recorded_twice_is_an_error(chapter):
-    ledger.record("k", paper=PAPER, item="x", paper_value=1.0, ours=1.0, tol=0.1, section="s")
-    with pytest.raises(ValueError, match="twice"):
+def test_paper_stat_is_required(chapter):
+    with pytest.raises(TypeError, match="paper_stat"):
         ledger.record("k", paper=PAPER, item="x", paper_value=1.0, ours=1.0, tol=0.1, section="s")
 
 
+def test_an_entry_recorded_twice_is_an_error(chapter):
+    _rec("k", 1.0, 1.0, "exact", tol=0.1)
+    with pytest.raises(ValueError, match="twice"):
+        _rec("k", 1.0, 1.0, "exact", tol=0.1)
+    with pytest.raises(ValueError, match="twice"):
+        ledger.check("k", paper=PAPER, statement="s", predicted=0, ours=0, tol=0, section="s")
+
+
 def test_restarting_a_chapter_forgets_its_old_entries(chapter):
-    ledger.record("k", paper=PAPER, item="x", paper_value=1.0, ours=1.0, tol=0.1, section="s")
+    _rec("k", 1.0, 1.0, "exact", tol=0.1)
     ledger.start("some-chapter")
     assert _entries(chapter) == {}
 
@@ -115,9 +305,10 @@ def test_restarting_a_chapter_forgets_its_old_entries(chapter):
 # The check of a run against the committed ledger
 
 
-def _run(directory: Path, seeds) -> dict:
+def _run(directory: Path, seeds, paper_stat="single", **extra) -> dict:
     ledger.start("some-chapter")
-    ledger.record("table-row", paper=PAPER, item="x", paper_value=0.2, ours=seeds, section="s")
+    ledger.record("table-row", paper=PAPER, item="x", paper_value=0.2, ours=seeds, section="s",
+                  paper_stat=paper_stat, **extra)
     return ledger.collect(directory)
 
 
@@ -131,49 +322,141 @@ def test_perturbing_one_seed_fails_the_check_and_names_the_entry(chapter):
     assert problems and all("'table-row'" in line for line in problems)
 
 
-def test_a_changed_status_and_a_missing_entry_are_named(chapter):
+def test_a_changed_status_statistic_and_a_missing_entry_are_named(chapter):
     committed = {c: d["entries"] for c, d in _run(chapter, [0.1, 0.2, 0.3]).items()}
     problems = ledger.compare(_run(chapter, [0.5, 0.6, 0.7]), committed)
     assert any("changed status: reproduced -> not reproduced" in line for line in problems)
+    problems = ledger.compare(_run(chapter, [0.1, 0.2, 0.3], "mean", paper_n=2), committed)
+    assert any("paper_stat changed from 'single' to 'mean'" in line for line in problems)
     ledger.start("some-chapter")
     problems = ledger.compare(ledger.collect(chapter), committed)
     assert problems == ["some-chapter: entry 'table-row' is committed but was not recorded"]
 
 
-def test_the_command_line_check_fails_on_a_moved_number(chapter, tmp_path_factory):
+def test_a_status_the_rule_does_not_give_is_named(chapter):
+    data = {c: d["entries"] for c, d in _run(chapter, SKEWED, "mean", paper_n=4).items()}
+    assert ledger.rule_problems(data) == []
+    entry = data["some-chapter"]["table-row"]
+    assert entry["status"] == "not reproduced"
+    entry["status"] = "reproduced"  # typed, not earned
+    problems = ledger.rule_problems(data)
+    assert problems == ["some-chapter: entry 'table-row' is marked 'reproduced' but the rule "
+                        "gives 'not reproduced' from its numbers"]
+    entry["status"], entry["band"] = "not reproduced", [0.0, 1.0]  # a band typed by hand
+    assert any("is not the central 90 %" in line for line in ledger.rule_problems(data))
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "tools/ledger.py", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True)
+
+
+def _tool():
+    """tools/ledger.py as a module, to call its main() in this process (a subprocess costs the
+    import of torch each time)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ledger_tool", ROOT / "tools" / "ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_command_line_check_fails_on_a_moved_number_or_a_status_not_earned(
+        chapter, tmp_path_factory, capsys):
     """tools/ledger.py check against a committed file whose number differs: exit status 1."""
     _run(chapter, [0.1, 0.2, 0.3])
     committed = tmp_path_factory.mktemp("committed") / "ledger.json"
     data = {c: d["entries"] for c, d in ledger.collect(chapter).items()}
+    good = json.dumps(data)
     data["some-chapter"]["table-row"]["ours"]["mean"] *= 1.01
     committed.write_text(json.dumps(data))
-    done = subprocess.run(
-        [sys.executable, "tools/ledger.py", "check", "--committed", str(committed)],
-        cwd=ROOT, capture_output=True, text=True,
-    )
+    done = _cli("check", "--committed", committed)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "'table-row': ours.mean moved" in done.stdout
+    assert "some-chapter: entry 'table-row': ours.mean moved" in done.stdout
+    data = json.loads(good)
+    data["some-chapter"]["table-row"]["status"] = "differs"
+    committed.write_text(json.dumps(data))
+    tool = _tool()
+    assert tool.main(["check", "--committed", str(committed)]) == 1
+    assert ("entry 'table-row' is marked 'differs' but the rule gives 'reproduced'"
+            in capsys.readouterr().out)
+    committed.write_text(good)
+    assert tool.main(["check", "--committed", str(committed)]) == 0
 
 
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"some-chapter": {"k": {"paper": 1}}}),
+                                  json.dumps([1, 2])])
+def test_a_malformed_committed_ledger_is_named(chapter, tmp_path_factory, text, capsys):
+    _run(chapter, [0.1, 0.2, 0.3])
+    committed = tmp_path_factory.mktemp("committed") / "broken-ledger.json"
+    committed.write_text(text)
+    assert _tool().main(["check", "--committed", str(committed)]) == 1  # no traceback
+    assert str(committed) in capsys.readouterr().out
+
+
+def test_a_malformed_chapter_file_is_named(chapter):
+    _run(chapter, [0.1, 0.2, 0.3])
+    (chapter / "other-chapter.json").write_text('{"chapter": "other-chapter", "scale": "fast"}')
+    with pytest.raises(ValueError, match="other-chapter.json"):
+        ledger.collect(chapter)
+    (chapter / "other-chapter.json").write_text("[")
+    with pytest.raises(ValueError, match="other-chapter.json"):
+        ledger.collect(chapter)
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+
+
+def test_the_page_states_the_rule_before_its_tables_and_counts_by_status(chapter):
+    _rec("one", 0.30, 0.31, "single", tol=0.02)
+    _rec("b7", 0.2, SKEWED, "mean", paper_n=4)
+    _rec("exact", 1.27e-3, 1.2712e-3, "exact", tol=5e-6)
+    _rec("outside", 1.0, 1.0, "exact", tol=0.1, in_hypotheses=False)
+    ledger.check("thm", paper=PAPER, statement="Theorem 1", predicted=0.0, ours=1e-4, tol=1e-3,
+                 section="s")
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    rule, tables = page.index("weak evidence"), page.index("| item |")
+    assert rule < page.index("**4 numbers**") < tables < page.index("| statement checked |")
+    assert ("1 reproduced, 1 weak evidence, 1 illustration, 1 not reproduced. **1 check** of "
+            "the papers' statements: 1 holds.") in page
+    assert "mean of 4 runs" in page and "all 495 4-subsets" in page
+    # numbers as the book prints them: no e-notation, no TeX
+    assert not re.search(r"\de[-+]?\d|\\times|\$", page), page
+    assert "1.27\u00a0×\u00a010⁻³" in page
 # ---------------------------------------------------------------------------------------------
 # The committed ledger
 
 
-COMMITTED = ledger.load() if ledger.LEDGER_PATH.exists() else {}
+def _committed() -> tuple[dict, str | None]:
+    try:
+        return ledger.load(), None
+    except ValueError as error:  # a file of an older schema, until `make ledger` runs again
+        return {}, str(error)
+
+
+COMMITTED, COMMITTED_ERROR = _committed()
 ENTRIES = [(c, k, e) for c, entries in COMMITTED.items() for k, e in entries.items()]
+NUMBERS = [(c, k, e) for c, k, e in ENTRIES if e["kind"] == "paper"]
 
 
 def _labels(chapter: str) -> set[str]:
     return set(re.findall(r"^\((\S+)\)=\s*$", (BOOK / f"{chapter}.md").read_text(), re.M))
 
 
+def test_the_committed_ledger_is_well_formed_and_every_status_follows_the_rule():
+    assert COMMITTED_ERROR is None, COMMITTED_ERROR
+    assert ledger.rule_problems(COMMITTED) == []
+
+
 def test_the_committed_ledger_covers_the_five_papers():
-    assert len(ENTRIES) >= 60
-    assert {e["paper"] for _, _, e in ENTRIES} == set(ledger.PAPERS)
+    assert len(NUMBERS) >= 60
+    assert {e["paper"] for _, _, e in NUMBERS} == set(ledger.PAPERS)
 
 
 def test_every_row_of_tables_1_to_3_of_slutzky_et_al_is_an_entry():
-    items = " | ".join(e["item"] for _, _, e in ENTRIES if e["paper"] == PAPER)
+    items = " | ".join(e["item"] for _, _, e in NUMBERS if e["paper"] == PAPER)
     for table, rows in (("Table 1", (1, 2, 3)), ("Table 3", (1, 2, 3))):
         for row in rows:
             for side in ("clean", "poisoned"):
@@ -191,9 +474,10 @@ def test_each_entry_links_to_labels_that_exist(chapter, key, entry):
 
 
 def test_the_page_renders_every_entry():
+    assert COMMITTED_ERROR is None, COMMITTED_ERROR
     text = ledger.page_markdown(COMMITTED)
     assert text.count("{doc}`") == len(ENTRIES)
-    assert f"**{len(ENTRIES)} entries**" in text
+    assert f"**{len(NUMBERS)} numbers**" in text
 
 
 # ---------------------------------------------------------------------------------------------
