@@ -1,23 +1,47 @@
 """Compute the numbers that chapters quote from runs longer than their one-minute budget.
 
 One script for every chapter. Each chapter that needs such numbers has a module
-``benchmarks/reproduce_<chapter, hyphens as underscores>.py`` with a function
+``benchmarks/reproduce_<chapter, hyphens as underscores>.py`` with two functions,
 
-    run() -> dict(results=..., settings=..., seeds=...)
+    tasks() -> list[tasks.Task]      the independent runs, each with its own seed
+    finish(results) -> dict(results=..., settings=..., seeds=...)
 
-and this script calls it and writes ``book/results/<chapter>.json`` through
-:func:`lib.results.save_results` (adding the date, the library versions, the run time and the
-command). The chapter loads the file with :func:`lib.results.load_results` and glues the numbers.
+``finish`` receives the results that the tasks' outputs build together (:mod:`tasks`) and adds
+what follows from them cheaply (derived statistics, constants). This script runs the tasks on the
+executor that the environment chooses (local processes, or a Dask cluster: :mod:`tasks`), with
+progress and a resumable cache in ``_build/reproduce/``, and writes ``book/results/<chapter>.json``
+through :func:`lib.results.save_results`: the numbers, the settings and seeds, and for every task
+the result paths it wrote and a SHA-256 digest of their values.
 
-Usage: ``make reproduce`` (every chapter) or ``make reproduce CHAPTERS="poisoning-in-practice"``,
-i.e. ``.venv/bin/python benchmarks/reproduce.py [chapter ...]``. ``BOOK_SCALE`` is set to
-``full`` unless it is set already.
+Usage (``make reproduce``, ``make reproduce CHAPTERS="poisoning-in-practice"``)::
+
+    python benchmarks/reproduce.py [chapter ...] [--fresh]
+        recompute; --fresh ignores outputs cached by a stopped run
+    python benchmarks/reproduce.py --check [--sample K] [--budget S] [--seed N] [chapter ...]
+        check the committed files against the code (make test runs it): every task's digest
+        (a number edited by hand names its file and task), every derived number (finish() on the
+        committed task outputs gives the committed results), and K randomly chosen tasks per file
+        whose cost is at most S seconds recomputed (the seed is printed, so a failure can be rerun)
+    python benchmarks/reproduce.py --adopt CHAPTER
+        add the task records to a committed file written before its module had tasks (the
+        file's numbers are kept as they are; run --check with a sample afterwards)
+    python benchmarks/reproduce.py --scaling CHAPTER [--tasks N]
+        time N of CHAPTER's cheapest tasks on a local Dask cluster of 1, 2 and 4 workers
+
+``BOOK_SCALE`` is set to ``full`` unless it is set already.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib
+import inspect
+import json
+import math
 import os
+import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,40 +51,244 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("BOOK_SCALE", "full")
 
-from lib.results import save_results  # noqa: E402
+import tasks as taskrun  # noqa: E402
+
+from lib.results import _plain, load_results, results_path, save_results  # noqa: E402
 
 PREFIX = "reproduce_"
+CACHE = ROOT / "_build" / "reproduce"
+#: Agreement of a recomputed task with the committed file. The same code on another machine
+#: reorders floating-point sums (other BLAS kernels, thread counts, batch sizes), which moves a
+#: float64 result by ~1e-12 relatively; the long trainings behind these files can amplify that,
+#: as the ledger's check allows for (lib.ledger.COMPARE_RTOL). A number that moved by more than
+#: this no longer follows from the code.
+CHECK_RTOL = 1e-4
+CHECK_ATOL = 1e-9
 
 
 def chapters() -> list[str]:
     """Chapters with a reproduce module, in file-name order."""
     here = Path(__file__).resolve().parent
-    return sorted(p.stem[len(PREFIX) :].replace("_", "-") for p in here.glob(f"{PREFIX}*.py"))
+    return sorted(p.stem[len(PREFIX):].replace("_", "-") for p in here.glob(f"{PREFIX}*.py"))
 
 
-def reproduce(chapter: str) -> Path:
-    """Run one chapter's module and write its results file."""
-    module = importlib.import_module(PREFIX + chapter.replace("-", "_"))
+def module(chapter: str):
+    return importlib.import_module(PREFIX + chapter.replace("-", "_"))
+
+
+def digest(results: dict, paths) -> str:
+    """SHA-256 of the values at ``paths`` of (JSON-ready) ``results``."""
+    values = [[list(p), taskrun.lookup(results, tuple(p))] for p in paths]
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
+
+
+def task_records(chapter_tasks, results: dict) -> dict:
+    """What the committed file says of each task: its paths, cost and digest."""
+    return {t.key: {"paths": [list(p) for p in t.writes], "cost": t.cost,
+                    "sha256": digest(results, t.writes)} for t in chapter_tasks}
+
+
+def reproduce(chapter: str, *, fresh: bool = False, progress: bool = True) -> Path:
+    """Run one chapter's tasks and write its results file."""
+    mod = module(chapter)
+    chapter_tasks = mod.tasks()
+    cache = CACHE / f"{chapter}-{os.environ['BOOK_SCALE']}"
+    if fresh and cache.exists():
+        shutil.rmtree(cache)
     start = time.perf_counter()
-    record = module.run()
+    with taskrun.executor() as pool:
+        outputs = taskrun.run_tasks(chapter_tasks, pool, cache=cache,
+                                    source=inspect.getsource(mod), progress=progress,
+                                    label=chapter)
+    record = mod.finish(taskrun.assemble(outputs))
     seconds = time.perf_counter() - start
     missing = {"results", "settings", "seeds"} - set(record)
     if missing:
-        raise ValueError(f"{module.__name__}.run() must return {sorted(missing)} as well")
+        raise ValueError(f"{mod.__name__}.finish() must return {sorted(missing)} as well")
+    plain = json.loads(json.dumps(_plain(record["results"])))
     command = f"BOOK_SCALE={os.environ['BOOK_SCALE']} python benchmarks/reproduce.py {chapter}"
-    return save_results(chapter, command=command, seconds=seconds, **record)
+    path = save_results(chapter, command=command, seconds=seconds,
+                        tasks=task_records(chapter_tasks, plain), **record)
+    shutil.rmtree(cache, ignore_errors=True)  # written: a later run starts afresh
+    return path
+
+
+def _first_difference(ours, theirs, path=(), *, rtol=0.0, atol=0.0):
+    """The first path where two JSON-ready values differ (beyond rtol/atol for numbers)."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        if set(ours) != set(theirs):
+            return path + (sorted(set(ours) ^ set(theirs))[0],)
+        for k in ours:
+            if (found := _first_difference(ours[k], theirs[k], (*path, k), rtol=rtol,
+                                           atol=atol)) is not None:
+                return found
+        return None
+    if isinstance(ours, list) and isinstance(theirs, list):
+        if len(ours) != len(theirs):
+            return path
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            if (found := _first_difference(a, b, (*path, i), rtol=rtol, atol=atol)) is not None:
+                return found
+        return None
+    numbers = (int, float)
+    if (isinstance(ours, numbers) and isinstance(theirs, numbers)
+            and not isinstance(ours, bool) and not isinstance(theirs, bool)):
+        return None if math.isclose(ours, theirs, rel_tol=rtol, abs_tol=atol) else path
+    return None if ours == theirs else path
+
+
+def check_file(chapter: str, *, sample: int, budget: float, rng: random.Random,
+               pool=None) -> list[str]:
+    """Problems of one committed file (empty when it follows from the code)."""
+    mod = module(chapter)
+    name = results_path(chapter).relative_to(ROOT)
+    committed = load_results(chapter)
+    results = committed["results"]
+    by_key = {t.key: t for t in mod.tasks()}
+    recorded = committed.get("tasks")
+    if not isinstance(recorded, dict):
+        return [f"{name}: no task records (written before tasks); run make reproduce "
+                f"CHAPTERS={chapter}"]
+    problems = []
+    if set(recorded) != set(by_key):
+        extra = sorted(set(recorded) ^ set(by_key))
+        problems.append(f"{name}: the tasks of the file and of {mod.__name__} differ: {extra}")
+        return problems
+    slices = {}
+    for key, task in by_key.items():
+        if [list(p) for p in task.writes] != recorded[key].get("paths"):
+            problems.append(f"{name}: task {key}: the file records other result paths")
+            continue
+        try:
+            slices[key] = {p: taskrun.lookup(results, p) for p in task.writes}
+            ok = digest(results, task.writes) == recorded[key].get("sha256")
+        except KeyError as err:
+            problems.append(f"{name}: task {key}: {err.args[0]}")
+            continue
+        if not ok:
+            problems.append(f"{name}: task {key}: its committed numbers are not the ones "
+                            f"the run wrote (digest mismatch: edited by hand?)")
+    if problems:
+        return problems
+    rebuilt = json.loads(json.dumps(_plain(mod.finish(taskrun.assemble(slices))["results"])))
+    where = _first_difference(rebuilt, results)
+    if where is not None:
+        owner = next((k for k, t in by_key.items() if any(where[:len(p)] == p
+                                                          for p in t.writes)), None)
+        problems.append(f"{name}: results at {list(where)} do not follow from the task outputs"
+                        + (f" (task {owner})" if owner else " (a derived number)"))
+        return problems
+    affordable = sorted(k for k, t in by_key.items() if t.cost <= budget)
+    chosen = rng.sample(affordable, min(sample, len(affordable)))
+    for key in chosen:
+        start = time.perf_counter()
+        fresh = pool.submit(taskrun.call, by_key[key]).result() if pool else by_key[key]()
+        fresh = json.loads(json.dumps(_plain({"v": [fresh[p] for p in by_key[key].writes]})))
+        theirs = [slices[key][p] for p in by_key[key].writes]
+        where = _first_difference(fresh["v"], theirs, rtol=CHECK_RTOL, atol=CHECK_ATOL)
+        seconds = time.perf_counter() - start
+        if where is not None:
+            path = list(by_key[key].writes[where[0]]) + list(where[1:])
+            got, want = taskrun.lookup(fresh["v"], where), taskrun.lookup(theirs, where)
+            problems.append(f"{name}: task {key}: recomputed {got!r:.60} at {path}, the file "
+                            f"has {want!r:.60}: the committed number no longer follows from "
+                            f"the code")
+        else:
+            print(f"  {name}: task {key} recomputed in {seconds:.1f} s: agrees", flush=True)
+    if not chosen:
+        print(f"  {name}: no task costs under {budget:g} s: digests and derived numbers only")
+    return problems
+
+
+def adopt(chapter: str) -> int:
+    """Record the tasks of a file written before its module had tasks, numbers unchanged."""
+    mod, path = module(chapter), results_path(chapter)
+    committed = load_results(chapter)
+    chapter_tasks = mod.tasks()
+    slices = {t.key: {p: taskrun.lookup(committed["results"], p) for p in t.writes}
+              for t in chapter_tasks}
+    rebuilt = json.loads(json.dumps(_plain(mod.finish(taskrun.assemble(slices))["results"])))
+    if (where := _first_difference(rebuilt, committed["results"])) is not None:
+        print(f"{path}: the tasks do not rebuild the committed results at {list(where)}")
+        return 1
+    committed["tasks"] = task_records(chapter_tasks, committed["results"])
+    path.write_text(json.dumps(committed, indent=1, sort_keys=False) + "\n")
+    print(f"{path.relative_to(ROOT)}: {len(chapter_tasks)} task records added")
+    return 0
+
+
+def check(wanted: list[str], *, sample: int, budget: float, seed: int | None) -> int:
+    seed = random.SystemRandom().randrange(10**6) if seed is None else seed
+    print(f"checking committed results (sample {sample} task(s) per file under {budget:g} s, "
+          f"seed {seed})", flush=True)
+    rng = random.Random(seed)
+    problems = []
+    with taskrun.executor(workers=1) as pool:
+        for chapter in wanted:
+            if not results_path(chapter).exists():
+                problems.append(f"{chapter}: no committed results file")
+                continue
+            problems += check_file(chapter, sample=sample, budget=budget, rng=rng, pool=pool)
+    for line in problems:
+        print(line)
+    print(f"{len(wanted) - len({p.split(':')[0] for p in problems})} passed, "
+          f"{len({p.split(':')[0] for p in problems})} failed" if problems
+          else f"{len(wanted)} results files follow from the code")
+    return 1 if problems else 0
+
+
+def scaling(chapter: str, count: int) -> int:
+    """Wall time of ``count`` cheap tasks of ``chapter`` on 1, 2 and 4 local Dask workers."""
+    chosen = sorted(module(chapter).tasks(), key=lambda t: t.cost)[:count]
+    print(f"{chapter}: {len(chosen)} tasks on a local Dask cluster ({os.cpu_count()} cores)")
+    times, outputs = {}, {}
+    for workers in (1, 2, 4):
+        os.environ["BOOK_DASK_SCHEDULER"] = f"local:{workers}"
+        with taskrun.executor() as pool:
+            pool.submit(taskrun.call, chosen[0]).result()  # workers started and warm
+            start = time.perf_counter()
+            outputs[workers] = taskrun.run_tasks(chosen, pool, progress=False)
+            times[workers] = time.perf_counter() - start
+    def text(out):  # the outputs as the JSON file would hold them
+        return json.dumps(_plain({k: [[list(p), v] for p, v in o.items()] for k, o in out.items()}))
+
+    same = all(text(outputs[w]) == text(outputs[1]) for w in times)
+    print("| workers | seconds | speed-up over 1 |\n|---:|---:|---:|")
+    for workers, seconds in times.items():
+        print(f"| {workers} | {seconds:.1f} | {times[1] / seconds:.2f} |")
+    print(f"outputs identical across worker counts: {same}")
+    return 0 if same else 1
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapters", nargs="*")
+    parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--sample", type=int, default=1)
+    parser.add_argument("--budget", type=float, default=15.0)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--adopt")
+    parser.add_argument("--scaling")
+    parser.add_argument("--tasks", type=int, default=8)
+    args = parser.parse_args(argv)
     known = chapters()
-    wanted = argv or known
+    if args.adopt:
+        return adopt(args.adopt)
+    if args.scaling:
+        if args.scaling not in known:
+            parser.error(f"no reproduce module for {args.scaling!r}; known: {known}")
+        return scaling(args.scaling, args.tasks)
+    wanted = args.chapters or known
     unknown = [c for c in wanted if c not in known]
     if unknown:
         print(f"no reproduce module for {unknown}; known chapters: {known}", file=sys.stderr)
         return 2
+    if args.check:
+        return check(wanted, sample=args.sample, budget=args.budget, seed=args.seed)
     for chapter in wanted:
         start = time.perf_counter()
-        path = reproduce(chapter)
+        path = reproduce(chapter, fresh=args.fresh)
         print(f"{chapter}: wrote {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
     return 0
 

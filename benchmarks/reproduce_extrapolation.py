@@ -25,9 +25,6 @@ lib.extrapolation_protocols; the five experiments run in parallel processes, one
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
-
 import numpy as np
 import torch
 
@@ -79,33 +76,37 @@ def _grid(values: np.ndarray, ks: list[int]) -> list:
     return np.asarray(values).reshape(len(ks), -1).tolist()
 
 
-def fig1a() -> dict:
-    """Figure 1(a) in the paper's setting: one App. C.2.1 teacher and one student per seed."""
+def fig1a(seed: int) -> dict:
+    """Figure 1(a) in the paper's setting: one App. C.2.1 teacher and its student, one seed."""
     s = FIG1A
-    ks, seeds, horizon = s["ks"], s["seeds"], s["horizon"]
-    flow = {name: np.zeros((len(ks), len(seeds))) for name in ("errors", "losses", "max_abs_atom")}
-    shape = (len(ks), len(seeds))
-    adam = {loss: {"errors": np.zeros(shape), "losses": np.zeros(shape)}
-            for loss in ("population", "empirical", "accumulating")}
-    zero = np.zeros((len(ks), len(seeds)))
-    for column, seed in enumerate(seeds):
-        eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed)
-        w = ex.moment_sequence(eigenvalues, masses, horizon)
-        swept = ex.extrapolation_sweep(eigenvalues, masses, ks, d=s["d"], seeds=[seed],
-                                       init_scale=s["init_scale"], horizon=horizon,
-                                       full_output=True)
-        for name in flow:
-            flow[name][:, column] = swept[name][:, 0]
-        zero[:, column] = [w[k:].abs().max().item() for k in ks]
-        start = ex.balanced_init(s["d"], seed, init_scale=s["init_scale"])
-        params = {n: start[n].expand(len(ks), -1).clone() for n in ("a", "b")}
-        for loss, runs in adam.items():
-            trained = xp.train_students("balanced", w, ks, params, loss=loss, lr=s["lr"],
-                                        steps=s["adam_steps"], n_train=s["n_train"],
-                                        data_seeds=[seed] * len(ks))
-            runs["errors"][:, column] = xp.tail_errors("balanced", trained.params, w, ks)
-            runs["losses"][:, column] = trained.losses
-    return {"flow": flow, "adam": adam, "zero_solution": zero}
+    ks, horizon = s["ks"], s["horizon"]
+    eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed)
+    w = ex.moment_sequence(eigenvalues, masses, horizon)
+    swept = ex.extrapolation_sweep(eigenvalues, masses, ks, d=s["d"], seeds=[seed],
+                                   init_scale=s["init_scale"], horizon=horizon, full_output=True)
+    out = {("flow", name): np.asarray(swept[name])[:, 0]
+           for name in ("errors", "losses", "max_abs_atom")}
+    out[("zero_solution",)] = np.array([w[k:].abs().max().item() for k in ks])
+    start = ex.balanced_init(s["d"], seed, init_scale=s["init_scale"])
+    params = {n: start[n].expand(len(ks), -1).clone() for n in ("a", "b")}
+    for loss in ("population", "empirical", "accumulating"):
+        trained = xp.train_students("balanced", w, ks, params, loss=loss, lr=s["lr"],
+                                    steps=s["adam_steps"], n_train=s["n_train"],
+                                    data_seeds=[seed] * len(ks))
+        out[("adam", loss, "errors")] = xp.tail_errors("balanced", trained.params, w, ks)
+        out[("adam", loss, "losses")] = trained.losses
+    return _column("fig1a", out, s["seeds"].index(seed))
+
+
+def _column(part: str, arrays: dict, column: int) -> dict:
+    """One seed's column of (…, training length) arrays as ``{path: value}`` entries of the
+    results' (…, training length, seed) arrays of ``part``."""
+    out = {}
+    for prefix, values in arrays.items():
+        values = np.asarray(values)
+        for index in np.ndindex(values.shape):
+            out[(part, *prefix, *map(int, index), column)] = values[index].item()
+    return out
 
 
 def _empirical_runs(w: torch.Tensor, ks: list[int], seeds: list[int], d: int, *,
@@ -127,83 +128,126 @@ def _empirical_runs(w: torch.Tensor, ks: list[int], seeds: list[int], d: int, *,
             "diverged": _grid(trained.diverged, ks)}
 
 
-def fig1b() -> dict:
-    """Figures 1(b) and 6 in the paper's setting (delay teacher d̂ = 10, d = 50)."""
+def fig1b(seed: int, name: str) -> dict:
+    """Figures 1(b) and 6 in the paper's setting (delay teacher d̂ = 10, d = 50), one seed: the
+    empirical protocol (``name="empirical"``) or the population loss without early stopping."""
     s = FIG1B
     w = ex.linear_rnn_response(*ex.delay_teacher(s["d_hat"]), s["horizon"])
-    out = {}
-    for name, early in (("empirical", True), ("population", False)):
-        runs = _empirical_runs(w, s["ks"], s["seeds"], s["d"], early_stopping=early)
-        trained = runs.pop("trained")
-        if early:  # Figure 6: the impulse responses of the students at k = 8, 18, 20
-            h = xp.impulse_responses("general", trained.params, s["horizon"]).numpy()
-            per_k = h.reshape(len(s["ks"]), len(s["seeds"]), -1)
-            runs["impulse_responses"] = {str(k): per_k[s["ks"].index(k)].tolist()
-                                         for k in s["impulse_ks"]}
-        out[name] = runs
+    early = name == "empirical"
+    runs = _empirical_runs(w, s["ks"], [seed], s["d"], early_stopping=early)
+    trained = runs.pop("trained")
+    column = s["seeds"].index(seed)
+    out = _column("fig1b", {(name, field): np.asarray(grid)[:, 0]
+                            for field, grid in runs.items()}, column)
+    if early:  # Figure 6: the impulse responses of the students at k = 8, 18, 20
+        h = xp.impulse_responses("general", trained.params, s["horizon"]).numpy()
+        for k in s["impulse_ks"]:
+            out[("fig1b", name, "impulse_responses", str(k), column)] = h[s["ks"].index(k)]
     return out
 
 
-def fig3b() -> dict:
-    """Figure 3(b): one App. C.2.2 random unbalanced teacher per seed, the empirical protocol."""
+def fig3b(seed: int) -> dict:
+    """Figure 3(b): one App. C.2.2 random unbalanced teacher, the empirical protocol, one seed."""
     s = FIG3B
-    errors, zero, losses, steps = [], [], [], []
-    for seed in s["seeds"]:
-        w = ex.linear_rnn_response(*xp.random_unbalanced_teacher(s["d_hat"], seed), s["horizon"])
-        runs = _empirical_runs(w, s["ks"], [seed], s["d"], early_stopping=True)
-        errors.append([row[0] for row in runs["errors"]])
-        losses.append([row[0] for row in runs["losses"]])
-        steps.append([row[0] for row in runs["steps"]])
-        zero.append([w[k:].abs().max().item() for k in s["ks"]])
-    transpose = lambda rows: np.array(rows).T.tolist()  # noqa: E731 - (seed, k) -> (k, seed)
-    return {"errors": transpose(errors), "zero_solution": transpose(zero),
-            "losses": transpose(losses), "steps": transpose(steps)}
+    w = ex.linear_rnn_response(*xp.random_unbalanced_teacher(s["d_hat"], seed), s["horizon"])
+    runs = _empirical_runs(w, s["ks"], [seed], s["d"], early_stopping=True)
+    arrays = {(field,): np.asarray(runs[field])[:, 0] for field in ("errors", "losses", "steps")}
+    arrays[("zero_solution",)] = np.array([w[k:].abs().max().item() for k in s["ks"]])
+    return _column("fig3b", arrays, s["seeds"].index(seed))
 
 
-def fig4() -> dict:
-    """Figure 4 (and 3(a)): dense students from several initialization scales, MultiStepLR."""
+def fig4(seed: int) -> dict:
+    """Figure 4 (and 3(a)): dense students from several initialization scales, MultiStepLR, one
+    seed's teacher and draw."""
     s = FIG4
-    errors = np.zeros((len(s["scales"]), len(s["ks"]), len(s["seeds"])))
+    errors = np.zeros((len(s["scales"]), len(s["ks"])))
     losses, imbalance = np.zeros_like(errors), np.zeros_like(errors)
-    zero = np.zeros((len(s["ks"]), len(s["seeds"])))
-    for column, seed in enumerate(s["seeds"]):
-        eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed)
-        w = ex.moment_sequence(eigenvalues, masses, s["horizon"])
-        zero[:, column] = [w[k:].abs().max().item() for k in s["ks"]]
-        for row, scale in enumerate(s["scales"]):
-            # the same draw at every scale (seed), scaled, so the scales differ in size only
-            start = ex.general_init(s["d"], [seed], init_scale=scale)
-            params = {n: v.expand(len(s["ks"]), *v.shape[1:]).clone() for n, v in start.items()}
-            trained = xp.train_students("general", w, s["ks"], params, lr=s["lr"],
-                                        steps=s["steps"], milestones=s["milestones"],
-                                        gamma=s["gamma"])
-            errors[row, :, column] = xp.tail_errors("general", trained.params, w, s["ks"])
-            losses[row, :, column] = trained.losses
-            b, c = trained.params["B"], trained.params["C"]
-            imbalance[row, :, column] = ((b - c).norm(dim=-1) / (b + c).norm(dim=-1)).numpy()
-    return {"errors": errors, "losses": losses, "imbalance": imbalance, "zero_solution": zero}
+    eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed)
+    w = ex.moment_sequence(eigenvalues, masses, s["horizon"])
+    for row, scale in enumerate(s["scales"]):
+        # the same draw at every scale (seed), scaled, so the scales differ in size only
+        start = ex.general_init(s["d"], [seed], init_scale=scale)
+        params = {n: v.expand(len(s["ks"]), *v.shape[1:]).clone() for n, v in start.items()}
+        trained = xp.train_students("general", w, s["ks"], params, lr=s["lr"],
+                                    steps=s["steps"], milestones=s["milestones"],
+                                    gamma=s["gamma"])
+        errors[row] = xp.tail_errors("general", trained.params, w, s["ks"])
+        losses[row] = trained.losses
+        b, c = trained.params["B"], trained.params["C"]
+        imbalance[row] = ((b - c).norm(dim=-1) / (b + c).norm(dim=-1)).numpy()
+    zero = np.array([w[k:].abs().max().item() for k in s["ks"]])
+    return _column("fig4", {("errors",): errors, ("losses",): losses,
+                            ("imbalance",): imbalance, ("zero_solution",): zero},
+                   s["seeds"].index(seed))
 
 
-PARTS = {"fig4": lambda: fig4(), "fig1b": lambda: fig1b(), "fig1a": lambda: fig1a(),
-         "fig3b": lambda: fig3b(), "delay_errors": lambda: delay_errors(DELAY_STEPS, DELAY_SEEDS)}
-"""The independent experiments, longest first (each about one to four minutes of one core)."""
+def delay(seed: int) -> dict:
+    """Tail errors of dense students on the delay teacher, one seed, every DELAY_KS."""
+    errors = delay_errors(DELAY_STEPS, [seed])[:, 0]
+    return {("delay_errors", i, DELAY_SEEDS.index(seed)): float(e) for i, e in enumerate(errors)}
 
 
-def _part(name: str):
-    return PARTS[name]()
+def _paths(fn, seed: int, **kwargs) -> tuple:
+    """The result paths a task writes, by the shapes of its part (no training)."""
+    n = {"fig1a": len(FIG1A["ks"]), "fig1b": len(FIG1B["ks"]), "fig3b": len(FIG3B["ks"]),
+         "fig4": len(FIG4["ks"])}
+    if fn is delay:
+        return tuple(("delay_errors", i, DELAY_SEEDS.index(seed)) for i in range(len(DELAY_KS)))
+    if fn is fig1a:
+        col = FIG1A["seeds"].index(seed)
+        prefixes = [("flow", f) for f in ("errors", "losses", "max_abs_atom")] + [
+            ("zero_solution",)] + [("adam", loss, f) for loss in
+                                   ("population", "empirical", "accumulating")
+                                   for f in ("errors", "losses")]
+        return tuple(("fig1a", *p, k, col) for p in prefixes for k in range(n["fig1a"]))
+    if fn is fig1b:
+        col, name = FIG1B["seeds"].index(seed), kwargs["name"]
+        fields = ("errors", "losses", "steps", "best_steps", "diverged")
+        paths = [("fig1b", name, f, k, col) for f in fields for k in range(n["fig1b"])]
+        if name == "empirical":
+            paths += [("fig1b", name, "impulse_responses", str(k), col)
+                      for k in FIG1B["impulse_ks"]]
+        return tuple(paths)
+    if fn is fig3b:
+        col = FIG3B["seeds"].index(seed)
+        return tuple(("fig3b", f, k, col) for f in ("errors", "losses", "steps", "zero_solution")
+                     for k in range(n["fig3b"]))
+    col = FIG4["seeds"].index(seed)
+    scales = range(len(FIG4["scales"]))
+    return tuple([("fig4", f, r, k, col) for f in ("errors", "losses", "imbalance")
+                  for r in scales for k in range(n["fig4"])]
+                 + [("fig4", "zero_solution", k, col) for k in range(n["fig4"])])
 
 
-def run() -> dict:
-    """Every experiment, in parallel processes, one per core (they share nothing)."""
-    workers = max(1, min(os.cpu_count() or 1, len(PARTS)))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = dict(zip(PARTS, pool.map(_part, PARTS), strict=True))
+def tasks() -> list:
+    """One task per seed of each experiment (Figure 1(b): and per loss); costs are rough
+    seconds of one core, measured on the compiled loops."""
+    from tasks import Task
+
+    jobs = [(delay, s, {}, 40.0, f"delay seed={s}") for s in DELAY_SEEDS]
+    jobs += [(fig1a, s, {}, 15.0, f"fig1a seed={s}") for s in FIG1A["seeds"]]
+    jobs += [(fig1b, s, {"name": name}, 60.0, f"fig1b {name} seed={s}")
+             for name in ("empirical", "population") for s in FIG1B["seeds"]]
+    jobs += [(fig3b, s, {}, 40.0, f"fig3b seed={s}") for s in FIG3B["seeds"]]
+    jobs += [(fig4, s, {}, 60.0, f"fig4 seed={s}") for s in FIG4["seeds"]]
+    return [Task(key, fn, {"seed": seed, **kw}, cost, _paths(fn, seed, **kw))
+            for fn, seed, kw, cost, key in jobs]
+
+
+def finish(results: dict) -> dict:
+    """The tasks' results in the file's order, with the settings."""
+    results = {name: results[name] for name in ("delay_errors", "fig1a", "fig1b", "fig3b",
+                                                "fig4")}
+    results["fig1a"] = {k: results["fig1a"][k] for k in ("flow", "adam", "zero_solution")}
+    results["fig1b"] = {k: results["fig1b"][k] for k in ("empirical", "population")}
+    results["fig3b"] = {k: results["fig3b"][k] for k in ("errors", "zero_solution", "losses",
+                                                         "steps")}
+    results["fig4"] = {k: results["fig4"][k] for k in ("errors", "losses", "imbalance",
+                                                       "zero_solution")}
     return {
-        "results": {name: results[name] for name in ("delay_errors", "fig1a", "fig1b", "fig3b",
-                                                     "fig4")},
+        "results": results,
         "settings": {
             "engine": "compiled (lib.fast_extrapolation, lib.extrapolation_protocols)",
-            "processes": workers,
             "delay": {
                 "d_star": DELAY,
                 "d": D_DENSE,

@@ -9,13 +9,10 @@ chapter's 1000 digits with the adapted CNN of :func:`lib.conv_nets.cnn_init` (co
 whose sharpness grows to about 90 by t = 10), horizon t = 10 (2000 η0-steps): every ratio for
 seeds 0–7, and η0 against η0/2 for seeds 0–31. That is 752 000 descent steps of a few
 milliseconds each: about 20 minutes on two cores, a few on sixteen (the runs are independent and
-single-threaded, spread over ``os.cpu_count()`` processes).
+single-threaded: one task per seed, spread over the executor of benchmarks/tasks.py).
 """
 
 from __future__ import annotations
-
-import concurrent.futures
-import os
 
 import numpy as np
 import torch
@@ -88,51 +85,81 @@ def _curvature_along(states: np.ndarray, seed: int) -> dict:
     return rows
 
 
-def run(workers: int | None = None) -> dict:
-    """Every (seed, ratio) run in ``workers`` processes (default: one per CPU)."""
-    jobs = sorted({(s, r) for s in FULL_SEEDS for r in RATIOS} | {(s, r) for s in PAIR_SEEDS
-                                                                   for r in (1, 2)},
-                  key=lambda job: -job[1])  # the longest runs first
-    workers = workers or os.cpu_count() or 1
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        done = {(d["seed"], d["ratio"]): d for d in pool.map(descend, jobs)}
+def seed_task(seed: int) -> dict:
+    """Every run of one seed (all ratios for FULL_SEEDS, η0 and η0/2 for the others) and what the
+    results file keeps of them: ``{path: value}`` (benchmarks/tasks.py)."""
+    ratios = RATIOS if seed in FULL_SEEDS else (1, 2)
+    done = {r: descend((seed, r)) for r in ratios}
 
-    def drift(seed, ratio):  # the paper's distance: eta0 run against the eta0 / r run, same times
-        return np.linalg.norm(done[seed, 1]["states"] - done[seed, ratio]["states"], axis=1)
+    def drift(ratio):  # the paper's distance: eta0 run against the eta0 / r run, same times
+        return np.linalg.norm(done[1]["states"] - done[ratio]["states"], axis=1)
 
-    def travel(seed):
-        states = done[seed, 1]["states"]
-        return np.linalg.norm(states - states[0], axis=1)
+    travel = np.linalg.norm(done[1]["states"] - done[1]["states"][0], axis=1)
+    out = {
+        ("pair", "drift_end", seed): drift(2)[-1],
+        ("pair", "drift_max", seed): drift(2).max(),
+        ("pair", "travel_end", seed): travel[-1],
+        ("pair", "final_loss", seed): done[1]["losses"][-1],
+        ("pair", "norm_differences_start", seed):
+            conv_nets.norm_differences(conv_nets.cnn_init(seed)).numpy(),
+        ("pair", "norm_differences_end", seed): [done[r]["norm_differences"] for r in (1, 2)],
+    }
+    if seed in FULL_SEEDS:
+        out |= {
+            ("full", "drift_end", seed): [drift(r)[-1] for r in RATIOS[1:]],
+            ("full", "drift_max", seed): [drift(r).max() for r in RATIOS[1:]],
+            ("full", "travel_end", seed): travel[-1],
+            ("full", "final_loss", seed): [done[r]["losses"][-1] for r in RATIOS],
+            ("full", "norm_differences_end", seed): [done[r]["norm_differences"] for r in RATIOS],
+        }
+    if seed == 0:
+        out |= {
+            ("seed0", "loss"): {str(r): done[r]["losses"] for r in RATIOS},
+            ("seed0", "travel"): travel,
+            ("seed0", "drift"): {str(r): drift(r) for r in RATIOS[1:]},
+            ("seed0", "state_at_check_time"):
+                done[1]["states"][int(round(CHECK_TIME / SNAPSHOT))],
+            ("seed0", "final_state"): done[1]["states"][-1],
+            ("seed0", "curvature_smallest_step"):
+                _curvature_along(done[RATIOS[-1]]["states"], 0),
+        }
+    return out
 
-    full = {
-        "drift_end": [[drift(s, r)[-1] for r in RATIOS[1:]] for s in FULL_SEEDS],
-        "drift_max": [[drift(s, r).max() for r in RATIOS[1:]] for s in FULL_SEEDS],
-        "travel_end": [travel(s)[-1] for s in FULL_SEEDS],
-        "final_loss": [[done[s, r]["losses"][-1] for r in RATIOS] for s in FULL_SEEDS],
-        "norm_differences_end": [[done[s, r]["norm_differences"] for r in RATIOS]
-                                 for s in FULL_SEEDS],
-    }
-    pair = {
-        "drift_end": [drift(s, 2)[-1] for s in PAIR_SEEDS],
-        "drift_max": [drift(s, 2).max() for s in PAIR_SEEDS],
-        "travel_end": [travel(s)[-1] for s in PAIR_SEEDS],
-        "final_loss": [done[s, 1]["losses"][-1] for s in PAIR_SEEDS],
-        "norm_differences_start": [conv_nets.norm_differences(conv_nets.cnn_init(s)).numpy()
-                                   for s in PAIR_SEEDS],
-        "norm_differences_end": [[done[s, r]["norm_differences"] for r in (1, 2)]
-                                 for s in PAIR_SEEDS],
-    }
-    seed0 = {
-        "loss": {str(r): done[0, r]["losses"] for r in RATIOS},
-        "travel": travel(0),
-        "drift": {str(r): drift(0, r) for r in RATIOS[1:]},
-        "check_time": CHECK_TIME,
-        "state_at_check_time": done[0, 1]["states"][int(round(CHECK_TIME / SNAPSHOT))],
-        "final_state": done[0, 1]["states"][-1],
-        "curvature_smallest_step": _curvature_along(done[0, RATIOS[-1]]["states"], 0),
-    }
+
+def _writes(seed: int) -> tuple:
+    names = ("drift_end", "drift_max", "travel_end", "final_loss", "norm_differences_start",
+             "norm_differences_end")
+    paths = [("pair", name, seed) for name in names]
+    if seed in FULL_SEEDS:
+        paths += [("full", name, seed) for name in names if name != "norm_differences_start"]
+    if seed == 0:
+        paths += [("seed0", name) for name in ("loss", "travel", "drift", "state_at_check_time",
+                                               "final_state", "curvature_smallest_step")]
+    return tuple(paths)
+
+
+def tasks() -> list:
+    """One task per seed; its cost counts descent steps (about 3 ms each on one core)."""
+    from tasks import Task
+
+    def cost(seed):
+        ratios = RATIOS if seed in FULL_SEEDS else (1, 2)
+        return 0.003 * sum(HORIZON / (ETA0 / r) for r in ratios)
+
+    return [Task(f"seed={seed}", seed_task, {"seed": seed}, cost(seed), _writes(seed))
+            for seed in sorted(set(FULL_SEEDS) | set(PAIR_SEEDS))]
+
+
+def finish(results: dict) -> dict:
+    """The tasks' results, with the record times and the check time added."""
+    results = {"times": TIMES, **results}
+    results["seed0"] = {**results["seed0"], "check_time": CHECK_TIME}
+    order = ("loss", "travel", "drift", "check_time", "state_at_check_time", "final_state",
+             "curvature_smallest_step")
+    results["seed0"] = {k: results["seed0"][k] for k in order}
+    results = {k: results[k] for k in ("times", "full", "pair", "seed0")}
     return {
-        "results": {"times": TIMES, "full": full, "pair": pair, "seed0": seed0},
+        "results": results,
         "settings": {
             "data": f"scikit-learn digits, the first {N_IMAGES} (stride {EVERY}), standardized",
             "network": "lib.conv_nets.cnn_init defaults: conv 1->4->8 (3x3, stride 2, padding 1, "

@@ -55,20 +55,18 @@ def _escape(times, a_history) -> int | None:
     return int(times[int(np.argmax(above))]) if above.any() else None
 
 
-def ours() -> dict:
-    out = {}
-    for scale, key in ((None, "clean"), (1.0, "special")):
-        setting = dataclasses.replace(FIGURE3_SSM_MLP, extra_steps=EXTRA[scale])
-        runs = poison_dynamics.train_dynamics(setting, SEEDS, special_scales=(scale,),
-                                              max_steps=MAX_STEPS, record_every=100)  # fmt: skip
-        traj = runs.trajectory
-        out[key] = [
-            _summary(traj["a"][-1, r], traj.info["converged_step"][r], traj.info["steps_run"][r],
-                     traj.losses[-1, r], _escape(traj.times, traj["a"][:, r]))
-            | {"seed": runs.seeds[r], "initial_gain": runs.initial_gain(r)}
-            for r in range(len(runs.seeds))
-        ]  # fmt: skip
-    return out
+def ours(seed: int, key: str) -> dict:
+    """One seed of the book's streams, clean (``key="clean"``) or with special sequences."""
+    scale = None if key == "clean" else 1.0
+    setting = dataclasses.replace(FIGURE3_SSM_MLP, extra_steps=EXTRA[scale])
+    runs = poison_dynamics.train_dynamics(setting, [seed], special_scales=(scale,),
+                                          max_steps=MAX_STEPS, record_every=100)  # fmt: skip
+    traj = runs.trajectory
+    summary = _summary(traj["a"][-1, 0], traj.info["converged_step"][0],
+                       traj.info["steps_run"][0], traj.losses[-1, 0],
+                       _escape(traj.times, traj["a"][:, 0]))
+    return {("ours", key, SEEDS.index(seed)):
+            summary | {"seed": runs.seeds[0], "initial_gain": runs.initial_gain(0)}}
 
 
 def authors_init(setting: poison_dynamics.DynamicsSetting, seed: int) -> dict[str, torch.Tensor]:
@@ -109,30 +107,42 @@ def authors_data(setting, seed: int, special: bool) -> tuple[torch.Tensor, torch
     return x, setting.teacher_labels(x)
 
 
-def authors() -> dict:
-    out = {}
-    setting = FIGURE3_SSM_MLP
-    for figure, seed in AUTHORS.items():
-        for scale, key in ((None, "clean"), (1.0, "special")):
-            x, y = authors_data(setting, seed, scale is not None)
-            n = x.shape[0]
-            gradient = poison_dynamics.ssm_mlp_loss_gradient(
-                x.unsqueeze(0), y.unsqueeze(0), torch.full((1, n), 1.0 / n, dtype=torch.float64))
-            lr = setting.lr_clean if scale is None else setting.lr_special
-            traj = gradient_descent(
-                None, authors_init(setting, seed), [lr], MAX_STEPS, record_every=100,
-                optimizer="adam", stop_loss=setting.stop_loss, extra_steps=EXTRA[scale],
-                adam_eps=setting.adam_eps, adam_form=setting.adam_form, runs=1, gradient=gradient,
-            )  # fmt: skip
-            out[f"{figure}, {key}"] = _summary(
-                traj["a"][-1, 0], traj.info["converged_step"][0], traj.info["steps_run"][0],
-                traj.losses[-1, 0], _escape(traj.times, traj["a"][:, 0])) | {"seed": seed}
+def authors(figure: str, key: str) -> dict:
+    """The authors' own seed of ``figure``, clean or with special sequences."""
+    setting, seed, scale = FIGURE3_SSM_MLP, AUTHORS[figure], None if key == "clean" else 1.0
+    x, y = authors_data(setting, seed, scale is not None)
+    n = x.shape[0]
+    gradient = poison_dynamics.ssm_mlp_loss_gradient(
+        x.unsqueeze(0), y.unsqueeze(0), torch.full((1, n), 1.0 / n, dtype=torch.float64))
+    lr = setting.lr_clean if scale is None else setting.lr_special
+    traj = gradient_descent(
+        None, authors_init(setting, seed), [lr], MAX_STEPS, record_every=100,
+        optimizer="adam", stop_loss=setting.stop_loss, extra_steps=EXTRA[scale],
+        adam_eps=setting.adam_eps, adam_form=setting.adam_form, runs=1, gradient=gradient,
+    )  # fmt: skip
+    summary = _summary(traj["a"][-1, 0], traj.info["converged_step"][0],
+                       traj.info["steps_run"][0], traj.losses[-1, 0],
+                       _escape(traj.times, traj["a"][:, 0]))
+    return {("authors", f"{figure}, {key}"): summary | {"seed": seed}}
+
+
+def tasks() -> list:
+    """One task per (seed, clean or special) and per authors' run; costs in seconds of one core
+    (a clean run that stalls takes all 200 000 compiled steps; the torch engine is slower)."""
+    from tasks import Task
+
+    out = [Task(f"ours {key} seed={seed}", ours, {"seed": seed, "key": key},
+                10.0 if key == "clean" else 2.0, (("ours", key, SEEDS.index(seed)),))
+           for key in ("clean", "special") for seed in SEEDS]
+    out += [Task(f"authors {figure} {key}", authors, {"figure": figure, "key": key}, 120.0,
+                 (("authors", f"{figure}, {key}"),))
+            for figure in AUTHORS for key in ("clean", "special")]
     return out
 
 
-def run() -> dict:
+def finish(results: dict) -> dict:
     settings = dataclasses.asdict(FIGURE3_SSM_MLP) | {"max_steps": MAX_STEPS,
                                                       "extra_steps": {"clean": 20_000,
                                                                       "special": 5_000}}
-    return {"results": {"ours": ours(), "authors": authors()}, "settings": settings,
+    return {"results": results, "settings": settings,
             "seeds": {"ours": SEEDS, "authors": AUTHORS}}  # fmt: skip

@@ -23,7 +23,6 @@ About half an hour of one core in all (most of it the torch runs of row 2).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 
@@ -102,71 +101,89 @@ def _split(options: dict) -> tuple[dict, str, dict]:
     return fields, options.get("init", "independent"), rest
 
 
-def _table3_row2(key: str = "table3_row2") -> dict:
-    fields, init, rest = _split(ROW2_VARIANTS.get(key, {}))
-    setting = dataclasses.replace(poison_dynamics.TABLE3_ROW2, **fields)
-    if rest:  # a detail only the torch loop has: float32, another step norm
-        steps = ROW2_TORCH_STEPS
-        runs = authors_protocol.train_authors(setting, ROW2_SEEDS, init=init, max_steps=steps,
-                                              **rest)
-    else:
-        steps = 200_000
-        with _initialization(init):
-            runs = poison_dynamics.train_dynamics(setting, ROW2_SEEDS, max_steps=steps)
-    settings = dataclasses.asdict(setting) | {"max_steps": steps, "init": init} | rest
-    return {key: (per_run(runs), settings)}
-
-
-def _row3_variant(key: str) -> dict:
-    setting, scales, init = {
-        "table1_row3": (poison_dynamics.TABLE1_ROW3, (None, 1.0), "independent"),
-        "table1_row3_pytorch_adam": (
-            dataclasses.replace(poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-8),
-            (None,),
-            "independent",
+ROW3_VARIANT_SETTINGS = {  # key: (setting, special scales, initialization)
+    "table1_row3": (poison_dynamics.TABLE1_ROW3, (None, 1.0), "independent"),
+    "table1_row3_pytorch_adam": (
+        dataclasses.replace(poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-8),
+        (None,),
+        "independent",
+    ),
+    "table1_row3_correlated_init": (poison_dynamics.TABLE1_ROW3, (None,), "authors"),
+    "table1_row3_pytorch_adam_eps1e-7": (
+        dataclasses.replace(poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-7),
+        (None,),
+        "independent",
+    ),
+    "table1_row3_pytorch_adam_lr1e-3": (
+        dataclasses.replace(
+            poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-8, lr_clean=1e-3
         ),
-        "table1_row3_correlated_init": (poison_dynamics.TABLE1_ROW3, (None,), "authors"),
-        "table1_row3_pytorch_adam_eps1e-7": (
-            dataclasses.replace(poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-7),
-            (None,),
-            "independent",
-        ),
-        "table1_row3_pytorch_adam_lr1e-3": (
-            dataclasses.replace(
-                poison_dynamics.TABLE1_ROW3, adam_form="torch", adam_eps=1e-8, lr_clean=1e-3
-            ),
-            (None,),
-            "independent",
-        ),
-    }[key]
-    with _initialization(init):
-        runs = poison_dynamics.train_dynamics(
-            setting, ROW3_SEEDS, special_scales=scales, max_steps=ROW3_STEPS, record_every=1000
-        )
-    settings = dataclasses.asdict(setting) | {
-        "max_steps": ROW3_STEPS,
-        "init": "authors' correlated (TensorFlow)" if init == "authors" else "independent draws",
-    }
-    return {key: (per_run(runs), settings)}
+        (None,),
+        "independent",
+    ),
+}
 
 
-def _table3_row3(key: str = "table3_row3") -> dict:
+def stage_plan(key: str) -> dict:
+    """How stage ``key`` trains (no training): its setting, special scales, initialization, the
+    torch-only options (``rest``, empty for the compiled loop), its step budget, its seeds and
+    what the results file records of its settings."""
+    if key.startswith("table1_row3"):
+        setting, scales, init = ROW3_VARIANT_SETTINGS[key]
+        init_text = "authors' correlated (TensorFlow)" if init == "authors" else "independent draws"
+        return {"setting": setting, "scales": scales, "init": init, "rest": {},
+                "steps": ROW3_STEPS, "seeds": ROW3_SEEDS, "record_every": 1000,
+                "settings": dataclasses.asdict(setting) | {"max_steps": ROW3_STEPS,
+                                                           "init": init_text}}
+    if key.startswith("table3_row2"):
+        fields, init, rest = _split(ROW2_VARIANTS.get(key, {}))
+        setting = dataclasses.replace(poison_dynamics.TABLE3_ROW2, **fields)
+        steps = ROW2_TORCH_STEPS if rest else 200_000  # rest: a detail only the torch loop has
+        return {"setting": setting, "scales": (None, 1.0), "init": init, "rest": rest,
+                "steps": steps, "seeds": ROW2_SEEDS, "record_every": 100,
+                "settings": dataclasses.asdict(setting) | {"max_steps": steps, "init": init}
+                | rest}
     fields, init, _ = _split(TABLE3_ROW3_VARIANTS.get(key, {}))
     setting = dataclasses.replace(poison_dynamics.TABLE3_ROW3, **fields)
-    with _initialization(init):
-        runs = poison_dynamics.train_dynamics(
-            setting, TABLE3_ROW3_SEEDS, max_steps=TABLE3_ROW3_STEPS, record_every=1000
-        )
-    settings = dataclasses.asdict(setting) | {"max_steps": TABLE3_ROW3_STEPS, "init": init}
-    return {key: (per_run(runs), settings)}
+    return {"setting": setting, "scales": (None, 1.0), "init": init, "rest": {},
+            "steps": TABLE3_ROW3_STEPS, "seeds": TABLE3_ROW3_SEEDS, "record_every": 1000,
+            "settings": dataclasses.asdict(setting) | {"max_steps": TABLE3_ROW3_STEPS,
+                                                       "init": init}}
 
 
-def _stage(name: str) -> dict:
-    if name.startswith("table1_row3"):
-        return _row3_variant(name)
-    if name.startswith("table3_row2"):
-        return _table3_row2(name)
-    return _table3_row3(name)
+FIELDS = {False: ("seed", "poisoned", "error", "fit_step", "top_a", "worst_k", "h0"),
+          True: ("seed", "poisoned", "error", "fit_step", "top_a", "initial_gain")}
+
+
+def _positions(key: str, seeds: list[int]) -> list[int]:
+    """Where the runs of ``seeds`` sit in the stage's run order (seed-major, then scale)."""
+    plan = stage_plan(key)
+    per_seed = len(plan["scales"])
+    return [plan["seeds"].index(s) * per_seed + j for s in seeds for j in range(per_seed)]
+
+
+def stage_writes(key: str, seeds: list[int]) -> tuple:
+    plan = stage_plan(key)
+    return tuple((key, field, i) for field in FIELDS[plan["setting"].with_mlp]
+                 for i in _positions(key, seeds))
+
+
+def stage(key: str, seeds: list[int]) -> dict:
+    """Train the runs of ``seeds`` in stage ``key`` (clean and, where the stage has them,
+    poisoned) and return their per-run records at their places in the stage's run order."""
+    plan = stage_plan(key)
+    if plan["rest"]:
+        runs = authors_protocol.train_authors(plan["setting"], seeds, init=plan["init"],
+                                              max_steps=plan["steps"], **plan["rest"])
+    else:
+        with _initialization(plan["init"]):
+            runs = poison_dynamics.train_dynamics(
+                plan["setting"], seeds, special_scales=plan["scales"], max_steps=plan["steps"],
+                record_every=plan["record_every"])
+    record = per_run(runs)
+    return {(key, field, i): record[field][r]
+            for field in FIELDS[plan["setting"].with_mlp]
+            for r, i in enumerate(_positions(key, seeds))}
 
 
 STAGES = (  # the slow torch stages first, so that two workers share the load
@@ -187,13 +204,29 @@ STAGES = (  # the slow torch stages first, so that two workers share the load
 )
 
 
-def run(workers: int = 2) -> dict:
-    """All stages, in ``workers`` processes (the runs are independent and single-threaded)."""
-    results, settings = {}, {}
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        for done in pool.map(_stage, STAGES):
-            for key, (record, setting) in done.items():
-                results[key], settings[key] = record, setting
+def tasks() -> list:
+    """The torch stages (row 2 with a detail only the torch loop has) as one batched task each
+    (a batch of 32 seeds costs about what one seed does); every compiled stage one task per seed.
+    Costs: rough seconds of one core."""
+    from tasks import Task
+
+    out = []
+    for key in STAGES:
+        plan = stage_plan(key)
+        if plan["rest"]:
+            out.append(Task(key, stage, {"key": key, "seeds": plan["seeds"]}, 400.0,
+                            stage_writes(key, plan["seeds"])))
+        else:
+            cost = 3.0 if key.startswith("table3_row2") else 10.0
+            out += [Task(f"{key} seed={seed}", stage, {"key": key, "seeds": [seed]}, cost,
+                         stage_writes(key, [seed])) for seed in plan["seeds"]]
+    return out
+
+
+def finish(results: dict) -> dict:
+    """The stages' records in STAGES order, with their settings."""
+    results = {key: results[key] for key in STAGES}
+    settings = {key: stage_plan(key)["settings"] for key in STAGES}
     seeds = {
         "table3_row2 (all variants)": ROW2_SEEDS,
         "table1_row3 (all variants)": ROW3_SEEDS,

@@ -25,6 +25,7 @@ About ten minutes of CPU (45 minutes of wall time on a shared, loaded 2-core mac
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -62,11 +63,6 @@ def eta0(depth: int, c: float = RULE_C) -> float:
     return c * depth ** (depth / 2 - 1)
 
 
-def data():
-    x, y = digits(**DIGITS)
-    return x, y, saddles.cross_entropy_gradient(y, CLASSES)
-
-
 def initialization(depth: int, seed: int) -> list[torch.Tensor]:
     """The initialization of saddle_to_saddle_run(init_scale=1/WIDTH, seed=seed)."""
     widths = [64] + [WIDTH] * (depth - 1) + [CLASSES]
@@ -84,14 +80,30 @@ def report(weights, best, x, G) -> dict:
             "residual": c["residual"], "tails": c["tails"].tolist()}  # fmt: skip
 
 
-def searches(x, G) -> tuple[dict, dict]:
-    out, best = {}, {}
-    for depth in SEARCH["depths"]:
-        found = saddles.escape_search(x, G, depth=depth, width=WIDTH, seeds=SEARCH["seeds"],
-                                      steps=SEARCH["steps"])  # fmt: skip
-        best[depth] = found.direction(found.best)
-        out[str(depth)] = {"speeds": found.speeds.tolist(), "best": float(found.speeds.max())}
-    return out, best
+@functools.cache
+def data():
+    x, y = digits(**DIGITS)
+    return x, y, saddles.cross_entropy_gradient(y, CLASSES)
+
+
+@functools.cache
+def search(depth: int):
+    """The escape search at ``depth`` over SEARCH's seeds (kept per worker process: the tasks
+    that compare with its best direction recompute it once per process, not once per task)."""
+    x, _, G = data()
+    return saddles.escape_search(x, G, depth=depth, width=WIDTH, seeds=SEARCH["seeds"],
+                                 steps=SEARCH["steps"])  # fmt: skip
+
+
+def best_direction(depth: int):
+    found = search(depth)
+    return found.direction(found.best)
+
+
+def search_task(depth: int) -> dict:
+    found = search(depth)
+    return {("searches", str(depth)): {"speeds": found.speeds.tolist(),
+                                       "best": float(found.speeds.max())}}
 
 
 def limit_flow(depth: int, seed: int, best, x, G) -> dict:
@@ -159,42 +171,42 @@ def trimmed(limit: dict, first: bool) -> dict:
     return out
 
 
-def dynamics(x, y, G, best) -> tuple[dict, dict]:
-    limits, alphas = {}, {}
-    for depth in DEPTHS:
-        limits[str(depth)], alphas[str(depth)] = [], []
-        for seed in SEEDS[depth]:
-            limit = limit_flow(depth, seed, best[depth], x, G)
-            alphas[str(depth)].append(
-                [alpha_run(depth, seed, a, limit, best[depth], x, y, G) for a in ALPHAS]
-            )
-            limits[str(depth)].append(trimmed(limit, first=seed == SEEDS[depth][0]))
-    return limits, alphas
+def dynamics_task(depth: int, seed: int) -> dict:
+    """One seed's α → 0 limit flow at ``depth`` and its full-loss runs at every α."""
+    x, y, G = data()
+    best = best_direction(depth)
+    limit = limit_flow(depth, seed, best, x, G)
+    i = SEEDS[depth].index(seed)
+    return {("limit", str(depth), i): trimmed(limit, first=seed == SEEDS[depth][0]),
+            ("alpha", str(depth), i): [alpha_run(depth, seed, a, limit, best, x, y, G)
+                                       for a in ALPHAS]}
 
 
-def chapter_setting(x, y, G, best) -> tuple[list, list]:
-    """The chapter's run (depth 6, eta0 = 100, alpha = 1) over seeds; then smaller alpha."""
-    runs = []
-    for seed in CHAPTER["seeds"]:
-        run = saddles.saddle_to_saddle_run(x, y, depth=6, width=WIDTH, init_scale=1 / WIDTH,
-                                           eta0=CHAPTER["eta0"], steps=CHAPTER["steps"],
-                                           seed=seed, record_every=CHAPTER["every"])  # fmt: skip
-        end = ed.plateau_exit(run.losses, height=math.log(CLASSES))
-        entry = {"seed": seed, "exit": None if end is None else int(run.times[end])}
-        if end is not None:
-            entry |= report(ed.trajectory_weights(run, end), best, x, G)
-        runs.append(entry)
-    catapult = []
-    for alpha in CATAPULT["alphas"]:
-        for seed in CATAPULT["seeds"]:
-            run = saddles.saddle_to_saddle_run(x, y, depth=6, width=WIDTH,
-                                               init_scale=alpha / WIDTH, eta0=CHAPTER["eta0"],
-                                               steps=CATAPULT["steps"], seed=seed,
-                                               record_every=CATAPULT["steps"])  # fmt: skip
-            final = ed.trajectory_weights(run, -1)
-            catapult.append({"alpha": alpha, "seed": seed, "final_loss": float(run.losses[-1]),
-                             "final_outputs": outputs_max(final, x)})  # fmt: skip
-    return runs, catapult
+def chapter_task(seed: int) -> dict:
+    """The chapter's run (depth 6, eta0 = 100, alpha = 1) from one seed."""
+    x, y, G = data()
+    run = saddles.saddle_to_saddle_run(x, y, depth=6, width=WIDTH, init_scale=1 / WIDTH,
+                                       eta0=CHAPTER["eta0"], steps=CHAPTER["steps"],
+                                       seed=seed, record_every=CHAPTER["every"])  # fmt: skip
+    end = ed.plateau_exit(run.losses, height=math.log(CLASSES))
+    entry = {"seed": seed, "exit": None if end is None else int(run.times[end])}
+    if end is not None:
+        entry |= report(ed.trajectory_weights(run, end), best_direction(6), x, G)
+    return {("chapter_setting", CHAPTER["seeds"].index(seed)): entry}
+
+
+def catapult_task(alpha: float, seed: int) -> dict:
+    """The chapter's step from alpha times one seed's initialization (depth 6)."""
+    x, y, _ = data()
+    run = saddles.saddle_to_saddle_run(x, y, depth=6, width=WIDTH,
+                                       init_scale=alpha / WIDTH, eta0=CHAPTER["eta0"],
+                                       steps=CATAPULT["steps"], seed=seed,
+                                       record_every=CATAPULT["steps"])  # fmt: skip
+    final = ed.trajectory_weights(run, -1)
+    index = CATAPULT["alphas"].index(alpha) * len(CATAPULT["seeds"]) + CATAPULT["seeds"].index(seed)
+    return {("catapult", index): {"alpha": alpha, "seed": seed,
+                                  "final_loss": float(run.losses[-1]),
+                                  "final_outputs": outputs_max(final, x)}}  # fmt: skip
 
 
 def dominant(weights, fraction: float) -> list[int]:
@@ -205,76 +217,92 @@ def dominant(weights, fraction: float) -> list[int]:
     return counts
 
 
-def figure4(x, y) -> list:
-    out = []
-    for c in FIG4["cs"]:
-        for depth in FIG4["depths"]:
-            for seed in FIG4["seeds"]:
-                run = saddles.saddle_to_saddle_run(x, y, depth=depth, width=WIDTH,
-                                                   init_scale=1 / WIDTH, eta0=eta0(depth, c),
-                                                   steps=FIG4["steps"], seed=seed,
-                                                   record_every=FIG4["every"])  # fmt: skip
-                found = saddles.find_plateaus(run.losses, window=FIG4["window"],
-                                              tolerance=FIG4["tolerance"])  # fmt: skip
-                last = len(run.times) - 1
-                entry = {
-                    "c": c, "depth": depth, "seed": seed, "eta0": eta0(depth, c),
-                    "plateaus": [[int(run.times[a]), int(run.times[b]), v] for a, b, v in found],
-                    "left": sum(b < last for _, b, _ in found),
-                    "final_loss": float(run.losses[-1]),
-                    "dominant": dominant(ed.trajectory_weights(run, -1), FIG4["dominant"]),
-                    "diverged": bool(run.info["diverged"]),
-                }  # fmt: skip
-                if seed == FIG4["seeds"][0] and c == FIG4["cs"][1]:  # the figure's runs
-                    every = FIG4["spectra_every"]  # records kept for the figure
-                    entry["times"] = run.times[::every].tolist()
-                    entry["losses"] = run.losses[::every].tolist()
-                    entry["spectra"] = [
-                        np.linalg.svd(run[f"W{i + 1}"][::every], compute_uv=False)[:, :10].tolist()
-                        for i in range(depth)
-                    ]
-                out.append(entry)
-    return out
+def figure4_task(c: float, depth: int, seed: int) -> dict:
+    """One run of the paper's Figure 4 comparison: rule constant c, depth, seed."""
+    x, y, _ = data()
+    run = saddles.saddle_to_saddle_run(x, y, depth=depth, width=WIDTH,
+                                       init_scale=1 / WIDTH, eta0=eta0(depth, c),
+                                       steps=FIG4["steps"], seed=seed,
+                                       record_every=FIG4["every"])  # fmt: skip
+    found = saddles.find_plateaus(run.losses, window=FIG4["window"],
+                                  tolerance=FIG4["tolerance"])  # fmt: skip
+    last = len(run.times) - 1
+    entry = {
+        "c": c, "depth": depth, "seed": seed, "eta0": eta0(depth, c),
+        "plateaus": [[int(run.times[a]), int(run.times[b]), v] for a, b, v in found],
+        "left": sum(b < last for _, b, _ in found),
+        "final_loss": float(run.losses[-1]),
+        "dominant": dominant(ed.trajectory_weights(run, -1), FIG4["dominant"]),
+        "diverged": bool(run.info["diverged"]),
+    }  # fmt: skip
+    if seed == FIG4["seeds"][0] and c == FIG4["cs"][1]:  # the figure's runs
+        every = FIG4["spectra_every"]  # records kept for the figure
+        entry["times"] = run.times[::every].tolist()
+        entry["losses"] = run.losses[::every].tolist()
+        entry["spectra"] = [
+            np.linalg.svd(run[f"W{i + 1}"][::every], compute_uv=False)[:, :10].tolist()
+            for i in range(depth)
+        ]
+    return {("figure4", _figure4_index(c, depth, seed)): entry}
 
 
-def balance(x, y) -> dict:
-    out = {}
+def _figure4_index(c: float, depth: int, seed: int) -> int:
+    d, n = len(FIG4["depths"]), len(FIG4["seeds"])
+    return (FIG4["cs"].index(c) * d + FIG4["depths"].index(depth)) * n + FIG4["seeds"].index(seed)
+
+
+def balance_task(step: float) -> dict:
+    """Weak balancedness along the chapter's run (seed 0), step by step, at eta0 = ``step``."""
+    x, y, _ = data()
     init = initialization(6, 0)
-    for step, steps in BALANCE["steps"].items():
-        drift = ed.balance_drift(init, x, y, eta0=step, steps=steps, record_every=BALANCE["every"])
-        change = np.abs(drift.balance - drift.balance[0])
-        residual = np.abs(drift.balance - drift.balance[0] - drift.second_order)
-        per_layer, offsets = [], np.cumsum([0] + [WIDTH] * 5)
-        for a, b in zip(offsets[:-1], offsets[1:], strict=True):
-            scale = drift.size[:, a:b].max(axis=1)
-            per_layer.append({
-                "drift": float((change[:, a:b].max(axis=1) / scale).max()),
-                "final_drift": float(change[-1, a:b].max() / scale[-1]),
-                "initial_size": float(scale[0]), "final_size": float(scale[-1]),
-                "initial_balance": float(np.abs(drift.balance[0, a:b]).max()),
-            })  # fmt: skip
-        out[str(step)] = {
-            "steps": steps, "s_time": step * steps, "layers": per_layer,
-            "identity_residual": float((residual / drift.size.max(axis=1, keepdims=True)).max()),
-            "final_loss": float(drift.losses[-1]),
-        }  # fmt: skip
+    steps = BALANCE["steps"][step]
+    drift = ed.balance_drift(init, x, y, eta0=step, steps=steps, record_every=BALANCE["every"])
+    change = np.abs(drift.balance - drift.balance[0])
+    residual = np.abs(drift.balance - drift.balance[0] - drift.second_order)
+    per_layer, offsets = [], np.cumsum([0] + [WIDTH] * 5)
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        scale = drift.size[:, a:b].max(axis=1)
+        per_layer.append({
+            "drift": float((change[:, a:b].max(axis=1) / scale).max()),
+            "final_drift": float(change[-1, a:b].max() / scale[-1]),
+            "initial_size": float(scale[0]), "final_size": float(scale[-1]),
+            "initial_balance": float(np.abs(drift.balance[0, a:b]).max()),
+        })  # fmt: skip
+    return {("balance", str(step)): {
+        "steps": steps, "s_time": step * steps, "layers": per_layer,
+        "identity_residual": float((residual / drift.size.max(axis=1, keepdims=True)).max()),
+        "final_loss": float(drift.losses[-1]),
+    }}  # fmt: skip
+
+
+def tasks() -> list:
+    """Every independent run as a task; costs are rough seconds of one core (a task that needs a
+    search's best direction pays for the search once in its worker process)."""
+    from tasks import Task
+
+    out = [Task(f"search depth={d}", search_task, {"depth": d}, 60.0,
+                (("searches", str(d)),)) for d in SEARCH["depths"]]
+    out += [Task(f"dynamics depth={d} seed={s}", dynamics_task, {"depth": d, "seed": s},
+                 150.0 if d == 6 else 30.0,
+                 (("limit", str(d), SEEDS[d].index(s)), ("alpha", str(d), SEEDS[d].index(s))))
+            for d in DEPTHS for s in SEEDS[d]]
+    out += [Task(f"chapter seed={s}", chapter_task, {"seed": s}, 70.0,
+                 (("chapter_setting", CHAPTER["seeds"].index(s)),)) for s in CHAPTER["seeds"]]
+    out += [Task(f"catapult alpha={a:g} seed={s}", catapult_task, {"alpha": a, "seed": s}, 8.0,
+                 (("catapult", i * len(CATAPULT["seeds"]) + j),))
+            for i, a in enumerate(CATAPULT["alphas"]) for j, s in enumerate(CATAPULT["seeds"])]
+    out += [Task(f"figure4 c={c:.4f} depth={d} seed={s}", figure4_task,
+                 {"c": c, "depth": d, "seed": s}, 60.0, (("figure4", _figure4_index(c, d, s)),))
+            for c in FIG4["cs"] for d in FIG4["depths"] for s in FIG4["seeds"]]
+    out += [Task(f"balance eta0={step:g}", balance_task, {"step": step}, 120.0,
+                 (("balance", str(step)),)) for step in BALANCE["steps"]]
     return out
 
 
-def run() -> dict:
-    x, y, G = data()
-    search, best = searches(x, G)
-    limits, alphas = dynamics(x, y, G, best)
-    chapter, catapult = chapter_setting(x, y, G, best[6])
-    results = {
-        "searches": search,
-        "limit": limits,
-        "alpha": alphas,
-        "chapter_setting": chapter,
-        "catapult": catapult,
-        "figure4": figure4(x, y),
-        "balance": balance(x, y),
-    }
+def finish(results: dict) -> dict:
+    """The tasks' results in the file's order, with the settings."""
+    results = {name: results[name] for name in ("searches", "limit", "alpha", "chapter_setting",
+                                                "catapult", "figure4", "balance")}
     settings = {
         "digits": DIGITS, "width": WIDTH, "rule_c": RULE_C, "chapter": CHAPTER,
         "catapult": CATAPULT, "search": SEARCH, "depths": DEPTHS, "alphas": ALPHAS,

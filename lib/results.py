@@ -75,13 +75,16 @@ def environment() -> dict[str, str]:
 
 
 def save_results(
-    chapter: str, *, results: dict, settings: dict, seeds, command: str, seconds: float
+    chapter: str, *, results: dict, settings: dict, seeds, command: str, seconds: float,
+    tasks: dict | None = None,
 ) -> Path:
     """Write ``book/results/<chapter>.json`` and return its path.
 
     ``results`` holds the numbers the chapter quotes, ``settings`` and ``seeds`` what produced
-    them, ``command`` how to produce them again, ``seconds`` how long it took; the library
-    versions and the date (UTC) are added.
+    them, ``command`` how to produce them again, ``seconds`` how long it took; ``tasks``
+    (benchmarks/reproduce.py) what each task of the run wrote: its result paths, cost and a digest
+    of its values, by which ``reproduce.py --check`` names the task behind a number that no longer
+    follows from the code. The library versions and the date (UTC) are added.
     """
     for name, value in (("results", results), ("settings", settings)):
         if not isinstance(value, dict):
@@ -101,6 +104,10 @@ def save_results(
         "seeds": _plain(seeds),
         "results": _plain(results),
     }
+    if tasks is not None:
+        if not isinstance(tasks, dict):
+            raise ValueError(f"tasks must be a dict {{key: record}}, got {_describe(tasks)}")
+        record["tasks"] = _plain(tasks)
     path = results_path(chapter)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
