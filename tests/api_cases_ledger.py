@@ -22,7 +22,8 @@ from lib import ledger
 
 P = Arg  # short
 PAPER = "slutzky2025implicit"
-_DIR = Path(tempfile.mkdtemp(prefix="ledger-cases-"))
+_DIR = Path(tempfile.mkdtemp(prefix="ledger-cases-"))  # the chapters' files, as they execute
+_SAVED = Path(tempfile.mkdtemp(prefix="ledger-saved-")) / "ledger.json"  # a committed ledger
 
 
 def _in_temp(function):
@@ -116,7 +117,7 @@ def _sample_run() -> dict:
 def cases() -> list[Case]:
     run = _sample_run()
     committed = {chapter: data["entries"] for chapter, data in run.items()}
-    ledger.save(run, _DIR / "saved.json")
+    ledger.save(run, _SAVED)
     seeds = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.25, 0.35], dtype=torch.float64)
     return [
         Case(
@@ -178,7 +179,7 @@ def cases() -> list[Case]:
         Case("ledger.compare", ledger.compare,
              [P("fresh", run, "object"), P("committed", committed, "object")]),
         Case("ledger.page_markdown", ledger.page_markdown, [P("ledger", committed, "object")]),
-        Case("ledger.load", ledger.load, [P("path", str(_DIR / "saved.json"), "text")]),
+        Case("ledger.load", ledger.load, [P("path", str(_SAVED), "text")]),
         Case("ledger.save", ledger.save,
-             [P("chapters", run, "object"), P("path", str(_DIR / "saved.json"), "text")]),
+             [P("chapters", run, "object"), P("path", str(_SAVED), "text")]),
     ]
