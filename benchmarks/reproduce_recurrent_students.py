@@ -97,13 +97,45 @@ def experiment(setting: dict, device: str = "cpu") -> dict:
     }
 
 
-def run() -> dict:
+def scaled_task() -> dict:
+    return {("scaled",): experiment(SCALED)}
+
+
+def tasks() -> list:
+    """One task: every run of the scaled setting is one batch of GRUs (float32, whose sums a
+    different batch would order differently), about 21 minutes of one core."""
+    from tasks import Task
+
+    return [Task("scaled", scaled_task, {}, 1300.0, (("scaled",),))]
+
+
+def finish(results: dict) -> dict:
     return {
-        "results": {"scaled": experiment(SCALED)},
+        "results": results,
         "settings": {"scaled": SCALED, "common": COMMON, "device": "cpu",
                      "array axes": "training length, seed"},
         "seeds": COMMON["seeds"],
     }
+
+
+def paper_scale_task(device: str = "cpu") -> dict:
+    return {("paper_scale",): experiment(PAPER_SCALE, device)}
+
+
+def paper_scale_tasks() -> list:
+    """The paper's widths: hours of CPU, minutes of a GPU; never recomputed by the check."""
+    from tasks import Task
+
+    return [Task("paper-scale", paper_scale_task, {}, 36000.0, (("paper_scale",),))]
+
+
+def paper_scale_finish(results: dict) -> dict:
+    return {"results": results}
+
+
+FILES = {"recurrent-students": (tasks, finish),
+         "recurrent-students-paper-scale": (paper_scale_tasks, paper_scale_finish)}
+"""The committed files this module writes: file name -> (tasks, finish)."""
 
 
 def paper_scale(out_dir: Path) -> Path:
@@ -112,7 +144,7 @@ def paper_scale(out_dir: Path) -> Path:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     start = time.perf_counter()
-    result = experiment(PAPER_SCALE, device)
+    result = paper_scale_task(device)[("paper_scale",)]
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     record = {
         "chapter": "recurrent-students-paper-scale",
@@ -125,6 +157,10 @@ def paper_scale(out_dir: Path) -> Path:
         "seeds": COMMON["seeds"],
         "results": {"paper_scale": result},
     }
+    import reproduce  # the task records, as benchmarks/reproduce.py writes them
+
+    plain = json.loads(json.dumps(_plain(record["results"])))
+    record["tasks"] = reproduce.task_records(paper_scale_tasks(), plain)
     path = Path(out_dir) / "recurrent-students-paper-scale.json"
     path.write_text(json.dumps(_plain(record), indent=1) + "\n")
     return path
