@@ -843,11 +843,11 @@ def _plural(n: int, word: str) -> str:
 
 def _ours_text(ours: dict) -> str:
     """Our value as the page shows it: the one value (one digit more than the paper's usual
-    three), or median [q1, q3] (n seeds)."""
+    three), or median [q1, q3] (n values: seeds, or whatever the chapter's values are)."""
     if "value" in ours:
         return _number(ours["value"], digits=4)
     spread = f"{_number(ours['median'])} [{_number(ours['q1'])}, {_number(ours['q3'])}]"
-    return f"{spread} ({ours['n']} seeds)"
+    return f"{spread} ({ours['n']} values)"
 
 
 def _range_text(value: list) -> str:
