@@ -93,7 +93,9 @@ full: $(STAMP)
 MATHJAX_VERSION := 3.2.2.1
 MATHJAX_WHEEL := django_static_mathjax-$(MATHJAX_VERSION)-py3-none-any.whl
 MATHJAX_SHA256 := 05ad109fd9e5d9d380c76389689b7f523e9ccb7f7a85c1eb962c7564eac7601d
-MATHJAX_EXTENSIONS := boldsymbol
+# boldsymbol is autoloaded when a page uses \boldsymbol; mathtools is loaded by every page
+# (mathjax3_config in _config.yml: tex-chtml.js does not autoload it).
+MATHJAX_EXTENSIONS := boldsymbol mathtools
 MATHJAX_ES5 := .vendor/tmp/wheel/mathjax/static/mathjax/es5
 empty :=
 space := $(empty) $(empty)

@@ -285,3 +285,48 @@ def test_alt_from_a_caption_with_a_title_sentence_says_more_than_the_title():
     assert book_pages.alt_from_caption(caption) == (
         "The poisoning window. Left: the clean and poisoned losses over time."
     )
+
+
+# --- formulas in alt text, the Cite link ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("tex, text", [
+    (r"h_k = \sum_j c_j b_j a_j^k", "hₖ = Σⱼ cⱼ bⱼ aⱼᵏ"),
+    (r"C = \mathbf{1}^\top", "C = 1ᵀ"),
+    (r"10^{-3}", "10⁻³"),
+    (r"\|W_{n:1}\|", "‖W_(n:1)‖"),
+    (r"\frac{1}{2}\eta \le \kappa", "1/2 η ≤ κ"),
+    (r"\tfrac{a+b}{2}", "(a+b)/2"),
+    (r"\sqrt{\min\{d, n\}}", "√(min{d, n})"),
+    (r"\mathbb{R}^{d}", "ℝᵈ"),
+    (r"\tilde{t}", "t̃"),
+    (r"\begin{psmallmatrix} 1 & 0 \\ 0 & 1 \end{psmallmatrix}", "(1, 0; 0, 1)"),
+    (r"\left( x \right)", "(x)"),
+    (r"\log \lVert w \rVert", "log ‖ w ‖"),
+])
+def test_tex_to_text_reads_without_tex(tex, text):
+    out = book_pages.tex_to_text(tex)
+    assert out == text and "\\" not in out
+
+
+def test_tex_to_text_rejects_a_non_string():
+    with pytest.raises(ValueError):
+        book_pages.tex_to_text(None)
+
+
+def test_caption_text_writes_formulas_as_text():
+    caption = nodes.caption()
+    caption += nodes.Text("Impulse responses ")
+    caption += nodes.math(text=r"h_k = \sum_j c_j b_j a_j^k")
+    caption += nodes.Text(" of three SSMs with ")
+    caption += nodes.math(text=r"C = \mathbf{1}^\top")
+    caption += nodes.Text(".")
+    assert book_pages.caption_text(caption) == (
+        "Impulse responses hₖ = Σⱼ cⱼ bⱼ aⱼᵏ of three SSMs with C = 1ᵀ."
+    )
+
+
+def test_cite_url_on_the_intro_and_elsewhere():
+    assert book_pages.cite_url("#") == "#cite-this-book"  # the intro itself: not ##cite-this-book
+    assert book_pages.cite_url("intro.html") == "intro.html#cite-this-book"
+    assert book_pages.cite_url("../book/intro.html") == "../book/intro.html#cite-this-book"

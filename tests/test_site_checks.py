@@ -53,6 +53,13 @@ def lib_viz_png(font_pt: str = "8", dpi: str = "200", width: int = 40) -> bytes:
         ("a step of 1e5 is enough", "raw e-notation"),
         ("a step of 2.0E+10 is enough", "raw e-notation"),
         ("a step of 12e-3 is enough", "raw e-notation"),
+        ("the clean error is 10.0000 to 10.0000 times", "degenerate range"),
+        ("the runs took 400 to 400 steps", "degenerate range"),
+        ("quartiles 0.12–0.12 of the runs", "degenerate range"),
+        ("a median of 19.9 (19.9 – 19.9) here", "degenerate range"),
+        ("the limits [0.32001 0.34 ] and", "numpy/torch repr"),
+        ("the value np.float64(0.5) is", "numpy/torch repr"),
+        ("the weights tensor([1., 2.]) are", "numpy/torch repr"),
     ],
 )
 def test_prose_problems_find_each_kind(text, what):
@@ -69,6 +76,9 @@ def test_prose_problems_find_each_kind(text, what):
         "a step of 4.8 × 10⁻⁴ is enough",  # typeset by lib/typeset.py
         "see e.g. section 3e, and 1 e 5",  # no digit-e-digit token
         "the model x1e5 and 0xe5",  # not a number on its own
+        "steps from 1 to 10, from 0.5 to 0.55 and 1 to 1.5",  # ranges that are ranges
+        "in 2025–2026 and the interval [0.1, 0.2]",  # years, an interval
+        "a 1-1 map",  # a hyphen without spaces is not a range
     ],
 )
 def test_prose_problems_leave_good_text_alone(text):
@@ -97,6 +107,10 @@ def test_prose_problems_context_and_order():
         ("Image", "placeholder"),
         ("figure for the chosen parameter values", "placeholder"),
         ("loss against time", "fewer than 4 words"),
+        ("Impulse responses h_k = \\sum_j c_j b_j a_j^k of three SSMs", "holds TeX"),
+        ("The student with C = \\mathbf{1}^\\top and more", "holds TeX"),
+        ("The gap below 10^{-3} in every run", "holds TeX"),
+        ("The gap below $10^{-3}$ in every run", "holds TeX"),
     ],
 )
 def test_alt_problem_rejects(alt, why):
@@ -105,6 +119,116 @@ def test_alt_problem_rejects(alt, why):
 
 def test_alt_problem_accepts_a_caption():
     assert site_test.alt_problem("The loss falls in plateaus separated by sharp drops.") is None
+    assert site_test.alt_problem("Impulse responses hₖ = Σⱼ cⱼ bⱼ aⱼᵏ of three SSMs") is None
+
+
+# ---- MathJax errors, clipped inline formulas, the page's width, sidebars, anchors ----
+
+
+def test_mathjax_problems_name_the_error_and_formula():
+    found = site_test.mathjax_problems([
+        {"message": "Unknown environment 'psmallmatrix'", "tex": "A = \\begin{psmallmatrix}"},
+        {"message": "2 error boxes drawn", "tex": ""},
+    ])
+    assert found == ["MathJax error: Unknown environment 'psmallmatrix' in "
+                     "'A = \\\\begin{psmallmatrix}'", "MathJax error: 2 error boxes drawn"]
+    assert site_test.mathjax_problems([]) == []
+
+
+def test_inline_math_problems_only_for_a_box_that_does_not_scroll():
+    cut = {"tex": "x + y", "width": 500.4, "box": 358.0, "hidden": 142.4, "scrolls": False}
+    scrolls = {**cut, "scrolls": True}
+    assert site_test.inline_math_problems([cut, scrolls], 390) == [
+        "inline formula cut off at 390 px: 500 px wide in a 358 px box that does not scroll, "
+        "142 px hidden: x + y"
+    ]
+    assert site_test.inline_math_problems([{**cut, "hidden": 0.5}], 1280) == []
+
+
+def test_page_width_problems():
+    assert site_test.page_width_problems({"width": 390, "scroll": 391, "culprits": []}) == []
+    found = site_test.page_width_problems(
+        {"width": 390, "scroll": 414, "culprits": ['code.literal to 414 px ("x")']})
+    assert found == ['the page is 414 px wide in a 390 px window (it scrolls sideways as a '
+                     'whole): code.literal to 414 px ("x")']
+
+
+def test_sidebar_problem():
+    opened = {"toggle": True, "before": 0, "after": 17, "inWindow": True, "dialog": True}
+    assert site_test.sidebar_problem("table of contents", opened) is None
+    dead = {**opened, "after": 0}
+    assert "toggle does nothing" in site_test.sidebar_problem("table of contents", dead)
+    outside = {**opened, "inWindow": False}
+    assert "outside the window" in site_test.sidebar_problem("page contents", outside)
+
+
+def test_anchor_problems(tmp_path):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.html").write_text('<section id="cite-this-book"></section>')
+    base = "http://127.0.0.1:9/"
+    links = [base + "book/intro.html#cite-this-book", base + "book/intro.html##cite-this-book",
+             base + "book/gone.html", "https://example.org/x#y", base + "book/intro.html"]
+    assert site_test.anchor_problems(links, tmp_path, base, "book/intro.html") == [
+        "a link to book/gone.html, which the site does not have",
+        "a link to book/intro.html##cite-this-book: no element of that id there",
+    ]
+
+
+# ---- the PDF's links and outline ----
+
+
+def made_pdf(path: Path, *, outline: bool = True, links: tuple[str, ...] = (),
+             dests: tuple[str, ...] = ()) -> Path:
+    """A two-page PDF (pypdf) with the given URI links on page 1, named destinations on page 2,
+    and an outline entry when ``outline``."""
+    from pypdf import PdfWriter
+    from pypdf.annotations import Link
+
+    writer = PdfWriter()
+    writer.add_blank_page(200, 200)
+    writer.add_blank_page(200, 200)
+    for i, url in enumerate(links):
+        writer.add_annotation(0, Link(rect=(10, 10 + 20 * i, 50, 25 + 20 * i), url=url))
+    for name in dests:
+        writer.add_named_destination(name, 1)
+    if outline:
+        writer.add_outline_item(title="Chapter", page_number=1)
+    with path.open("wb") as handle:
+        writer.write(handle)
+    return path
+
+
+SITE_URL = "https://owner.github.io/book/"
+
+
+@pytest.mark.parametrize("uri, why", [
+    ("http://127.0.0.1:33619/book/intro.html#x", "the local machine"),
+    ("http://localhost:8000/book.pdf", "the local machine"),
+    ("file:///tmp/_build/html/book.pdf", "not an address on the web"),
+    ("book/intro.html", "not an address on the web"),
+    (SITE_URL + "book/gone.html", "the site has no book/gone.html"),
+])
+def test_link_problem_rejects(tmp_path, uri, why):
+    assert why in site_test.link_problem(uri, tmp_path, SITE_URL)
+
+
+def test_link_problem_accepts_the_site_and_other_hosts(tmp_path):
+    (tmp_path / "book.pdf").write_bytes(b"%PDF-")
+    for uri in (SITE_URL + "book.pdf", "https://doi.org/10.1/x", "mailto:a@b.c",
+                SITE_URL, "https://github.com/owner/book"):
+        (tmp_path / "index.html").write_text("")
+        assert site_test.link_problem(uri, tmp_path, SITE_URL) is None, uri
+
+
+def test_pdf_links_problems(tmp_path):
+    pytest.importorskip("pypdf")
+    good = made_pdf(tmp_path / "good.pdf", links=("https://doi.org/10.1/x",))
+    assert site_test.pdf_links_problems(good, tmp_path, SITE_URL) == []
+    bad = made_pdf(tmp_path / "bad.pdf", outline=False,
+                   links=("http://127.0.0.1:5/a.html#x", "http://127.0.0.1:5/b.html"))
+    found = site_test.pdf_links_problems(bad, tmp_path, SITE_URL)
+    assert found[0].startswith("book.pdf has no outline")
+    assert len(found) == 3 and all("(page 1)" in f for f in found[1:])
 
 
 # ---- PNG text chunks and the displayed size of a figure's text ----
@@ -277,11 +401,22 @@ PAGE = """<!DOCTYPE html>
 @font-face {{ font-family: Gone; src: url(../_static/gone.woff2) format("woff2"); }}
 .bd-article {{ max-width: 700px; }}
 .odd {{ font-family: Gone; }}
+span.math {{ display: inline-flex; max-width: 100%; overflow: hidden; }}
+nav.bd-links {{ display: none; }}
+nav.bd-links.open {{ display: block; }}
 </style>
 <script defer src="../_static/mathjax/tex-chtml.js"></script>
 </head><body>
+<button class="primary-toggle">Contents</button>
+<nav class="bd-links"><a href="chapter.html">The chapter</a> <a href="other.html">Other</a></nav>
+{toggle}
 <main><article class="bd-article">
 <h2>Section</h2>
+<p>A long one: <span class="math notranslate nohighlight">\\({wide}\\)</span>, and
+<span class="math notranslate nohighlight">\\(\\begin{{psmallmatrix}} 1
+\\end{{psmallmatrix}}\\)</span>.</p>
+<p>The error is 10.0000 to 10.0000 times; the limits [0.32001 0.34 ]; <a href="#nowhere">a
+link</a> and <a href="#good">another</a>.</p>
 <p class="odd">The loss is nan and the step 4.8e-04, the code <code>1e-5</code> is fine.</p>
 <p>With <span class="param">depth</span> and <span class="param">width</span>:</p>
 <div class="math notranslate nohighlight">\\[{wide}\\]</div>
@@ -316,11 +451,14 @@ def small_site(root: Path, *, pdf: bool = True) -> Path:
     good = "data:image/png;base64," + base64.b64encode(lib_viz_png("9", "200", 300)).decode()
     bare = "data:image/png;base64," + base64.b64encode(png(300, 20)).decode()
     link = '<a href="../book.pdf">The whole book as one PDF</a>'
-    for name, footer in (("chapter", link), ("other", "")):
-        html = PAGE.format(wide=WIDE_TEX, good=good, bare=bare, footer=footer)
+    # the other page's table-of-contents toggle works, the chapter's does nothing
+    toggle = ("<script>document.querySelector('.primary-toggle').addEventListener('click', "
+              "() => document.querySelector('nav.bd-links').classList.toggle('open'));</script>")
+    for name, footer, script in (("chapter", link, ""), ("other", "", toggle)):
+        html = PAGE.format(wide=WIDE_TEX, good=good, bare=bare, footer=footer, toggle=script)
         (site / "book" / f"{name}.html").write_text(html)
     if pdf:
-        (site / "book.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")
+        made_pdf(site / "book.pdf")
     return site
 
 
@@ -372,6 +510,18 @@ def test_run_in_chromium_finds_each_fault(tmp_path):
     assert "no link to book.pdf in the footer" in other
     assert "no link to book.pdf" not in chapter
     assert (tmp_path / "shots" / "book__chapter-390.png").is_file()
+    # MathJax errors, a clipped inline formula at both widths, degenerate ranges and reprs, a page
+    # wider than a phone, a dead sidebar toggle (the other page's works), a link to no anchor
+    assert "MathJax error: " in chapter and "psmallmatrix" in chapter
+    assert "inline formula cut off at 1280 px" in chapter
+    assert "inline formula cut off at 390 px" in chapter
+    assert "degenerate range in the text" in chapter and "numpy/torch repr in the text" in chapter
+    assert "px wide in a 390 px window" in chapter
+    assert "the table of contents toggle does nothing" in chapter
+    assert "toggle does nothing" not in other
+    assert (tmp_path / "shots" / "toc-open-390.png").is_file()
+    assert "book/chapter.html#nowhere: no element of that id there" in chapter
+    assert "#good" not in chapter.split("figure")[0]
 
 
 def test_check_pdf(tmp_path):
@@ -405,6 +555,53 @@ def test_pdf_summary_counts_pages_images_and_fonts(tmp_path):
     assert "no MathJax font" in pdf.check_pdf({**summary, "fonts": ["DejaVuSans"]}, 10)[0]
     assert pdf.check_pdf({**summary, "fonts": ["DejaVuSans"]}, 0) == []
     assert pdf.check_pdf({"pages": 1, "images": 0, "fonts": []}, 0) == ["1 pages", "no images"]
+
+
+def test_link_target():
+    base, dests = "http://127.0.0.1:9/", {"sec-a", "document-book/ch"}
+    assert pdf.link_target(base + "book/other.html#sec-a", base, dests) == ("dest", "sec-a")
+    assert pdf.link_target(base + "book/ch.html", base, dests) == ("dest", "document-book/ch")
+    assert pdf.link_target(base + "book.pdf", base, dests) == ("site", "book.pdf")
+    assert pdf.link_target(base + "book/x.ipynb", base, dests) == ("site", "book/x.ipynb")
+    assert pdf.link_target(base + "book/ch.html#gone", base, dests) == ("site", "book/ch.html#gone")
+    assert pdf.link_target("https://doi.org/1", base, dests) == ("keep", "https://doi.org/1")
+
+
+def test_finish_pdf_makes_links_internal_and_adds_an_outline(tmp_path):
+    pytest.importorskip("pypdf")
+    from pypdf import PdfReader
+
+    base = "http://127.0.0.1:9/"
+    path = made_pdf(tmp_path / "book.pdf", outline=False, dests=("sec-a", "document-book/ch"),
+                    links=(base + "book/ch.html#sec-a", base + "book.pdf", "https://doi.org/1"))
+    outline = [{"id": "document-book/ch", "title": "1. A chapter",
+                "children": [{"id": "sec-a", "title": "1.1 A section", "children": []},
+                             {"id": "gone", "title": "1.2 Gone", "children": []}]}]
+    done = pdf.finish_pdf(path, outline, base, SITE_URL)
+    assert done == {"internal": 1, "site": 1, "other": 1, "outline": 2, "missing": ["1.2 Gone"]}
+    reader = PdfReader(path)
+    assert [item.title for item in reader.outline[:1]] == ["1. A chapter"]
+    annots = [a.get_object() for a in reader.pages[0]["/Annots"]]
+    uris = sorted(str(a["/A"]["/URI"]) for a in annots if "/A" in a)
+    assert uris == ["https://doi.org/1", SITE_URL + "book.pdf"]
+    (internal,) = [a for a in annots if "/Dest" in a]
+    assert reader.get_page_number(internal["/Dest"][0].get_object()) == 1
+    (tmp_path / "book.pdf").rename(tmp_path / "html.pdf")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "book.pdf").write_bytes((tmp_path / "html.pdf").read_bytes())
+    assert site_test.pdf_links_problems(site / "book.pdf", site, SITE_URL) == []
+
+
+def test_site_build_reads_the_footer(tmp_path):
+    (tmp_path / "book").mkdir()
+    redirect = '<meta http-equiv="Refresh" content="0; url=book/a.html" />'
+    (tmp_path / "index.html").write_text(redirect)
+    (tmp_path / "book" / "a.html").write_text(
+        '<p class="book-footer">Built <time datetime="2026-11-29T03:30Z">2026-11-29 03:30 UTC'
+        '</time> from commit <a href="https://x/commit/abc"><code>ca8941f</code></a> · PDF</p>')
+    assert pdf.site_build(tmp_path) == {"date": "2026-11-29 03:30 UTC", "commit": "ca8941f"}
+    assert pdf.site_build(tmp_path / "nowhere") is None
 
 
 def test_problems_before_printing():

@@ -9,8 +9,10 @@ Loaded by ``_config.yml`` next to ``book_site`` (``sphinx: local_extensions``). 
    that names the glue key and the page, so the build (``-W``) fails.
 2. **Alt text from captions.** An image inside a figure with a caption (a code cell with
    ``mystnb: figure: caption:``, or a ``{figure}`` directive) whose alt text is missing, or only
-   a file name or a hash, gets the caption's plain text as its alt text (TeX as written, cut to
-   its first sentence, or to about 250 characters, when longer).
+   a file name or a hash, gets the caption's plain text as its alt text (cut to its first
+   sentences, or to about 250 characters, when longer). A formula of the caption is written as
+   readable text (:func:`tex_to_text`: ``h_k = \\sum_j c_j b_j a_j^k`` reads ``hₖ = Σⱼ cⱼ bⱼ aⱼᵏ``),
+   never as TeX, which a screen reader would spell out backslash by backslash.
 3. **Author-year citation labels.** The text cites ``[Slutzky et al., 2025b]``: the pybtex
    label style ``book_author_year`` gives the bibliography lists the same labels (the authors as
    the in-text citation writes them, a comma, the year, and a letter where two entries of
@@ -20,6 +22,8 @@ Loaded by ``_config.yml`` next to ``book_site`` (``sphinx: local_extensions``). 
    (marked when the work tree had uncommitted changes), links to the whole book as one PDF
    (``book.pdf`` at the site's root, written by ``make pdf``) and to the intro's "Cite this
    book" section, and the licences: MIT for the code, CC BY 4.0 for the text and figures.
+   Every page also loads ``book/_static/book.js`` (the sidebar toggles' fix for
+   pydata-sphinx-theme#2451, and the scroll cues of formulas wider than their column).
 5. **The execution table** (MyST-NB's ``{nb-exec-table}``, on the appendix page
    ``book/execution.md``): the pages by title, and words instead of emoji marks.
 """
@@ -214,8 +218,172 @@ def alt_from_caption(caption: str, limit: int = ALT_LIMIT) -> str:
     return cut + "…"
 
 
+# A formula in alt text: TeX made readable (Unicode symbols, sub- and superscripts, fractions
+# with a slash). Only what a caption's formula plausibly holds; any other command loses its
+# backslash, and braces go.
+_TEX_SYMBOLS = {
+    "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε", "varepsilon": "ε",
+    "zeta": "ζ", "eta": "η", "theta": "θ", "vartheta": "ϑ", "iota": "ι", "kappa": "κ",
+    "lambda": "λ", "mu": "μ", "nu": "ν", "xi": "ξ", "pi": "π", "rho": "ρ", "sigma": "σ",
+    "varsigma": "ς", "tau": "τ", "upsilon": "υ", "phi": "ϕ", "varphi": "φ", "chi": "χ",
+    "psi": "ψ", "omega": "ω", "Gamma": "Γ", "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ",
+    "Xi": "Ξ", "Pi": "Π", "Sigma": "Σ", "Upsilon": "Υ", "Phi": "Φ", "Psi": "Ψ", "Omega": "Ω",
+    "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "approx": "≈",
+    "sim": "∼", "simeq": "≃", "equiv": "≡", "propto": "∝", "ll": "≪", "gg": "≫",
+    "lesssim": "≲", "gtrsim": "≳", "succeq": "⪰", "preceq": "⪯", "to": "→", "mapsto": "↦",
+    "rightarrow": "→", "leftarrow": "←", "Rightarrow": "⇒", "iff": "⇔", "infty": "∞",
+    "sum": "Σ", "prod": "∏", "int": "∫", "partial": "∂", "nabla": "∇", "cdot": "·",
+    "times": "×", "odot": "⊙", "otimes": "⊗", "circ": "∘", "star": "⋆", "dagger": "†",
+    "in": "∈", "ni": "∋", "notin": "∉", "subset": "⊂", "subseteq": "⊆", "cup": "∪",
+    "cap": "∩", "bigcup": "⋃", "bigcap": "⋂", "perp": "⊥", "top": "⊤", "ell": "ℓ",
+    "dots": "…", "ldots": "…", "cdots": "⋯", "pm": "±", "mp": "∓", "|": "‖", "Vert": "‖",
+    "lVert": "‖", "rVert": "‖", "vert": "|", "lvert": "|", "rvert": "|", "mid": "|",
+    "langle": "⟨", "rangle": "⟩", "lfloor": "⌊", "rfloor": "⌋", "lceil": "⌈", "rceil": "⌉",
+    "{": "{", "}": "}", "%": "%", "&": "&", "#": "#", "_": "_", "square": "□", "angle": "∠",
+    "forall": "∀", "exists": "∃", "neg": "¬", "emptyset": "∅", "setminus": "∖",
+    ",": " ", ";": " ", ":": " ", "!": "", " ": " ", "quad": " ", "qquad": " ",
+}
+_TEX_DROP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr",
+             "biggl", "biggr", "displaystyle", "textstyle", "scriptstyle", "limits", "nolimits",
+             "rm", "bf", "it", "nonumber", "notag"}
+_TEX_FONTS = {"mathbf", "mathrm", "mathit", "mathsf", "mathtt", "mathcal", "mathscr", "boldsymbol",
+              "bm", "text", "textrm", "textbf", "textit", "mbox", "operatorname", "mathbb"}
+_BLACKBOARD = {"R": "ℝ", "N": "ℕ", "Z": "ℤ", "Q": "ℚ", "C": "ℂ", "E": "𝔼", "P": "ℙ"}
+_ACCENTS = {"bar": "\u0304", "overline": "\u0305", "hat": "\u0302", "widehat": "\u0302",
+            "tilde": "\u0303", "widetilde": "\u0303", "dot": "\u0307", "ddot": "\u0308",
+            "vec": "\u20d7", "overrightarrow": "\u20d7", "overleftarrow": "\u20d6"}
+_FRACTIONS = {"frac", "tfrac", "dfrac", "cfrac"}
+_SUB = dict(zip("0123456789+-−=()aehijklmnoprstuvx",
+                "₀₁₂₃₄₅₆₇₈₉₊₋₋₌₍₎ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ", strict=True))
+_SUP = dict(zip("0123456789+-−=()abcdefghijklmnoprstuvwxyzABDEGHIJKLMNOPRTUVW⊤",
+                "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁻⁼⁽⁾ᵃᵇᶜᵈᵉᶠᵍʰⁱʲᵏˡᵐⁿᵒᵖʳˢᵗᵘᵛʷˣʸᶻᴬᴮᴰᴱᴳᴴᴵᴶᴷᴸᴹᴺᴼᴾᴿᵀᵁⱽᵂᵀ", strict=True))
+_TEX_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[{}_^&]|\\\\|[^\\{}_^&]")
+
+
+class _TexReader:
+    """A one-pass reader of a formula's tokens (see :func:`tex_to_text`)."""
+
+    def __init__(self, tex: str) -> None:
+        self.tokens = _TEX_TOKEN.findall(tex)
+        self.pos = 0
+
+    def _next(self) -> str | None:
+        if self.pos >= len(self.tokens):
+            return None
+        self.pos += 1
+        return self.tokens[self.pos - 1]
+
+    def _skip_spaces(self) -> None:
+        while self.pos < len(self.tokens) and self.tokens[self.pos].isspace():
+            self.pos += 1
+
+    def argument(self) -> str:
+        """The next group ``{...}`` or single token, as text."""
+        self._skip_spaces()
+        token = self._next()
+        if token is None or token == "}":
+            return ""
+        if token == "{":
+            return self.until("}")
+        return self.atom(token)
+
+    def until(self, end: str | None) -> str:
+        """Text up to the closing ``end`` token (``None``: the end of the formula)."""
+        out = []
+        while True:
+            token = self._next()
+            if token is None or token == end:
+                return "".join(out)
+            if token in ("_", "^"):
+                out.append(_script(self.argument(), _SUB if token == "_" else _SUP,
+                                   token, previous="".join(out)))
+            elif token == "{":
+                out.append(self.until("}"))
+            else:
+                out.append(self.atom(token))
+
+    def atom(self, token: str) -> str:
+        """One token (a command with its arguments, or a character) as text."""
+        if token == "&":
+            return ", "
+        if token == "\\\\":
+            return "; "
+        if not token.startswith("\\"):
+            return token
+        name = token[1:]
+        if name in _TEX_SYMBOLS:
+            return _TEX_SYMBOLS[name]
+        if name in _TEX_DROP:
+            return ""
+        if name in _TEX_FONTS:
+            body = self.argument()
+            return "".join(_BLACKBOARD.get(c, c) for c in body) if name == "mathbb" else body
+        if name in _ACCENTS:
+            body = self.argument()
+            return body + _ACCENTS[name] if len(body) == 1 else f"{body}{_ACCENTS[name]}"
+        if name in _FRACTIONS:
+            top, bottom = self.argument(), self.argument()
+            return f"{_grouped(top)}/{_grouped(bottom)} "
+        if name == "sqrt":
+            return "√" + _grouped(self.argument())
+        if name in ("begin", "end"):
+            environment = self.argument()
+            if "matrix" in environment:
+                return "(" if name == "begin" else ")"
+            return ""
+        return name  # \log, \max, \exp, \sin, ... and anything unknown: the word
+
+
+def _grouped(text: str) -> str:
+    """``text`` in parentheses when it is more than one symbol (for a/b, √x)."""
+    text = text.strip()
+    return text if len(text) <= 1 or text.isalnum() else f"({text})"
+
+
+def _script(text: str, table: dict[str, str], mark: str, previous: str = "") -> str:
+    """A sub- or superscript: in Unicode sub/superscript characters when each has one, else
+    ``_(text)`` / ``^(text)``. A superscript ⊤ is the transpose sign ᵀ."""
+    text = text.strip()
+    if mark == "^" and text in ("⊤", "T"):
+        return "ᵀ"
+    if text and all(c in table for c in text):
+        return "".join(table[c] for c in text)
+    return f"{mark}{_grouped(text)}"
+
+
+def tex_to_text(tex: str) -> str:
+    """A formula's TeX as readable plain text, for alt text (a screen reader reads the TeX itself
+    aloud, backslashes and braces included): symbols and Greek letters in Unicode, sub- and
+    superscripts in Unicode sub/superscript characters where they exist (``a_j^k`` → ``aⱼᵏ``),
+    ``\\frac{a}{b}`` → ``a/b``, font commands dropped (``\\mathbf{1}`` → ``1``), a matrix as
+    ``(a, b; c, d)``, and any other command as its name (``\\log`` → ``log``)."""
+    if not isinstance(tex, str):
+        raise ValueError(f"tex must be a string, got {type(tex).__name__}")
+    text = " ".join(_TexReader(tex).until(None).split())
+    return re.sub(r"\s+(?=[,;)])|(?<=\()\s+", "", text)
+
+
+def caption_text(caption: nodes.Node) -> str:
+    """A caption's plain text, each formula in it written by :func:`tex_to_text`."""
+    parts = []
+    for node in caption.findall(lambda n: isinstance(n, (nodes.Text, nodes.math))):
+        if isinstance(node, nodes.math):
+            parts.append(tex_to_text(node.astext()))
+        elif not any(isinstance(a, nodes.math) for a in _ancestors(node)):
+            parts.append(str(node))
+    return "".join(parts)
+
+
+def _ancestors(node: nodes.Node):
+    parent = node.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
 class AltFromCaption(SphinxTransform):
-    """Alt text for the images of captioned figures (see :func:`alt_from_caption`)."""
+    """Alt text for the images of captioned figures (see :func:`alt_from_caption`), formulas
+    written as text (:func:`caption_text`)."""
 
     default_priority = 900
 
@@ -224,7 +392,7 @@ class AltFromCaption(SphinxTransform):
             captions = [c for c in figure.children if isinstance(c, nodes.caption)]
             if not captions or not captions[0].astext().strip():
                 continue
-            alt = alt_from_caption(captions[0].astext())
+            alt = alt_from_caption(caption_text(captions[0]))
             for image in figure.findall(nodes.image):
                 if alt_is_placeholder(image.get("alt"), image.get("uri", "")):
                     image["alt"] = alt
@@ -445,13 +613,20 @@ def footer_html(info: dict, *, pdf_url: str, cite_url: str, repository_url: str)
     return '<p class="book-footer">' + " · ".join(parts) + "</p>"
 
 
+def cite_url(root_url: str) -> str:
+    """The link to the intro's "Cite this book" section, from Sphinx's ``pathto(root_doc)``: on
+    the intro itself that is "#" (the page itself), whose fragment the anchor replaces (appended,
+    it gave "##cite-this-book", which goes nowhere)."""
+    return f"{root_url.split('#', 1)[0]}#{CITE_ANCHOR}"
+
+
 def on_page_context(app: Sphinx, pagename: str, templatename, context: dict, doctree) -> None:
     """Put the footer line, with links relative to this page, into the theme's extra footer."""
     pathto = context["pathto"]
     context["theme_extra_footer"] = footer_html(
         app.env.book_pages_build,
         pdf_url=pathto("book.pdf", 1),
-        cite_url=f"{pathto(app.config.root_doc)}#{CITE_ANCHOR}",
+        cite_url=cite_url(pathto(app.config.root_doc)),
         repository_url=app.config.html_theme_options.get("repository_url", "").rstrip("/"),
     )
 
@@ -465,6 +640,7 @@ def setup(app: Sphinx) -> dict:
     app.add_post_transform(ExecutionTable)
     app.add_transform(AltFromCaption)
     app.add_css_file("book.css", priority=900)
+    app.add_js_file("book.js", priority=900, defer="defer")
     app.connect("builder-inited", on_builder_inited)
     app.connect("html-page-context", on_page_context)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

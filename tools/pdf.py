@@ -19,9 +19,19 @@ Usage::
    open), the site's navigation is hidden, an animation shows its first frame without its
    buttons, a multi-slider figure its current frame and values, long code lines wrap, and a
    display equation or a table wider than the text is zoomed out to the text's width.
-3. **Check.** Before printing: every formula typeset, no raw TeX left, every image loaded. After:
-   the PDF's page count, images and fonts (MathJax's own fonts, when there is math) are read from
-   the file and printed; the run fails when any of this is wrong.
+3. **Links and outline** (:func:`finish_pdf`, with pypdf). Chromium writes every link of the
+   page as it resolved it: a cross-reference to another chapter that the page still writes as a
+   URL (``http://127.0.0.1:PORT/book/intro.html#...``, the temporary print server) would be dead in
+   the file. Each such link becomes a jump inside the PDF where its target is in the PDF (the
+   element of that id, or the chapter's start), and otherwise a link to the same file on the
+   published site (``book.pdf``, the notebooks). Chromium writes bookmarks only for a tagged PDF
+   (24 MiB more of structure for MathJax's glyphs), so the outline is added here: the
+   introduction and every chapter, each with its sections, at the positions where Chromium put
+   their headings (a hidden link to each heading makes Chromium write its destination).
+4. **Check.** Before printing: every formula typeset, no raw TeX left, every image loaded. After:
+   the PDF's page count, images and fonts (MathJax's own fonts, when there is math), its outline
+   and its links (none to the print server or to a relative path) are read from the file and
+   printed; the run fails when any of this is wrong (``tools/site_test.py`` checks them again).
 """
 
 from __future__ import annotations
@@ -35,12 +45,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from site_test import CHROMIUM_ARGS, RAW_TEX, REFRESH, TIMEOUT_MS, chromium, serve  # noqa: E402
+from site_test import (  # noqa: E402
+    CHROMIUM_ARGS,
+    RAW_TEX,
+    REFRESH,
+    TIMEOUT_MS,
+    chromium,
+    pdf_links_problems,
+    serve,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SINGLE = ROOT / "_build" / "singlehtml"
@@ -74,7 +93,7 @@ PRINT_CSS = """
     overflow: visible !important; }
   .highlight, .cell_output, .output, .pst-scrollable-table-container {
     overflow: visible !important; }
-  mjx-container[display="true"] { overflow: visible !important; }
+  mjx-container[display="true"], span.math { overflow: visible !important; }
   img { max-width: 100% !important; height: auto !important; }
   figure, .cell_output img, .slider-grid, .animation, table, mjx-container[display="true"] {
     break-inside: avoid; }
@@ -122,16 +141,60 @@ SCALE_TO_FIT_JS = """
     }
     return 0;
   };
-  let equations = 0, tables = 0;
+  let equations = 0, tables = 0, inline = 0;
   for (const box of document.querySelectorAll('mjx-container[display="true"]')) {
     const inner = box.querySelector('mjx-math');
     const width = inner ? inner.getBoundingClientRect().width : 0;
     equations += fit(box, width, box.parentElement.clientWidth);
   }
+  for (const span of document.querySelectorAll('span.math')) {
+    const inner = span.querySelector('mjx-container');
+    const block = span.closest('p, li, td, th, dd, div, figcaption') || span.parentElement;
+    inline += inner ? fit(span, inner.getBoundingClientRect().width, block.clientWidth) : 0;
+  }
   for (const table of document.querySelectorAll('main table')) {
     tables += fit(table, table.scrollWidth, table.parentElement.clientWidth);
   }
-  return {equations, tables};
+  return {equations, tables, inline};
+}
+"""
+
+# The outline: the introduction (the first section of the page) and every chapter (the section
+# after each <span id="document-book/NAME">), each with its own sections, by id and title. A hidden
+# link to each of them makes Chromium write a named destination for it (it writes one for every
+# element that a link of the page points at).
+OUTLINE_JS = """
+() => {
+  const article = document.querySelector('main .bd-article') || document.querySelector('main')
+                  || document.body;
+  const chapters = [...article.querySelectorAll('[id^="document-"] + section')];
+  const intro = article.querySelector('section:not(.book-title-page)');
+  const tops = intro && !chapters.includes(intro) ? [intro, ...chapters] : chapters;
+  const title = (section) => {
+    const heading = section.querySelector(':scope > h1, :scope > h2, :scope > h3, :scope > h4');
+    if (!heading) return '';
+    const copy = heading.cloneNode(true);
+    copy.querySelectorAll('.headerlink').forEach((el) => el.remove());
+    return copy.textContent.replace(/\\s+/g, ' ').trim();
+  };
+  const entry = (section, depth) => ({
+    id: section.id,
+    title: title(section),
+    children: depth <= 1 ? [] : [...section.querySelectorAll(':scope > section')]
+      .filter((s) => s.id && !chapters.includes(s) && title(s)).map((s) => entry(s, depth - 1)),
+  });
+  const outline = tops.filter((s) => s.id && title(s)).map((s) => entry(s, 2));
+  const holder = document.createElement('div');
+  holder.style.display = 'none';
+  const link = (item) => {
+    const a = document.createElement('a');
+    a.href = '#' + item.id;
+    holder.appendChild(a);
+    item.children.forEach(link);
+  };
+  outline.forEach(link);
+  article.appendChild(holder);
+  return outline;
 }
 """
 
@@ -232,18 +295,45 @@ def git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def title_page() -> str:
-    """The title page's HTML: the book's title and authors (``_config.yml``), the build date and
-    the commit (marked when the working tree has changes)."""
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+FOOTER_BUILD = re.compile(
+    r'Built <time datetime="[^"]*">(?P<date>[^<]+)</time> from (?:commit <a [^>]*><code>'
+    r"(?P<commit>[^<]+)</code></a>(?P<dirty> <span[^>]*>\(with uncommitted changes\))?)?"
+)
+
+
+def site_build(site: Path) -> dict | None:
+    """The build date and commit that the site's pages say in their footer (tools/book_pages.py),
+    read from the root document's page, or None when it has none."""
+    index = site / "index.html"
+    if not index.is_file():
+        return None
+    target = REFRESH.search(index.read_text(encoding="utf-8", errors="replace")[:2000])
+    page = site / (target.group(1) if target else "index.html")
+    found = FOOTER_BUILD.search(page.read_text(encoding="utf-8", errors="replace"))
+    if not found:
+        return None
+    commit = found.group("commit") or "unknown"
+    if found.group("dirty"):
         commit += " with uncommitted changes"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return {"date": found.group("date"), "commit": commit}
+
+
+def title_page(site: Path = OUT.parent) -> str:
+    """The title page's HTML: the book's title and authors (``_config.yml``), and the build date
+    and commit of the site it goes with, as every page's footer gives them (so the PDF and the
+    site say the same); from git and the clock when the site has no footer."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    build = site_build(site)
+    if build is None:
+        commit = git("rev-parse", "--short=7", "HEAD") or "unknown"
+        if git("status", "--porcelain", "--untracked-files=no"):
+            commit += " with uncommitted changes"
+        date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        build = {"date": date, "commit": commit}
     return (
         f'<p class="book-title">{html.escape(str(config.get("title", "The book")))}</p>'
         f"<p>{html.escape(str(config.get('author', '')))}</p>"
-        f"<p>Built {date} from commit {html.escape(commit)}</p>"
+        f"<p>Built {html.escape(build['date'])} from commit {html.escape(build['commit'])}</p>"
     )
 
 
@@ -294,6 +384,7 @@ def print_pdf(single: Path, out: Path) -> dict:
             page.goto(base + start_page(single), wait_until="load", timeout=10 * TIMEOUT_MS)
             page.evaluate("() => window.MathJax.startup.promise.then(() => true)")
             prepared = page.evaluate(PREPARE_JS, [title_page(), PRINT_CSS])
+            outline = page.evaluate(OUTLINE_JS)
             page.emulate_media(media="print")
             page.evaluate("() => document.fonts.ready.then(() => true)")
             page.wait_for_function(
@@ -321,7 +412,116 @@ def print_pdf(single: Path, out: Path) -> dict:
             browser.close()
     finally:
         server.shutdown()
-    return {**prepared, "formulas": state["mathTypeset"], "images": state["images"]}
+    return {
+        **prepared,
+        "formulas": state["mathTypeset"],
+        "images": state["images"],
+        "outline": outline,
+        "base": base,
+    }
+
+
+def published_site() -> str:
+    """The published site's address (``https://OWNER.github.io/NAME/`` from the repository URL
+    of ``_config.yml``, as the notebooks' links use it), or "" when there is none."""
+    from notebook_export import site_url_of
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    repository = (config.get("repository") or {}).get("url", "")
+    baseurl = ((config.get("sphinx") or {}).get("config") or {}).get("html_baseurl", "")
+    return site_url_of(repository, baseurl)
+
+
+def link_target(uri: str, base: str, dests: set[str]) -> tuple[str, str]:
+    """Where a link that Chromium wrote as ``uri`` should go: ``("dest", NAME)`` for a named
+    destination of the PDF, ``("site", PATH#FRAGMENT)`` for a file of the published site,
+    ``("keep", uri)`` for anything else (another host). ``base`` is the print server's address.
+
+    A link to the print server is a link into the book: to the element of its fragment when the
+    PDF has it, else to the start of the chapter (``document-book/NAME``), else to the file on the
+    site. On the single page every page of the book is a ``document-...`` destination."""
+    if not uri.startswith(base):
+        return ("keep", uri)
+    parsed = urlparse(uri)
+    path, fragment = unquote(parsed.path).lstrip("/"), unquote(parsed.fragment)
+    if fragment and fragment in dests:
+        return ("dest", fragment)
+    if path.endswith(".html"):
+        document = "document-" + path.removesuffix(".html")
+        if document in dests and (not fragment or fragment == document):
+            return ("dest", document)
+    return ("site", path + (f"#{parsed.fragment}" if parsed.fragment else ""))
+
+
+def finish_pdf(path: Path, outline: list[dict], base: str, site_url: str) -> dict:
+    """Rewrite the PDF at ``path`` in place (pypdf): every link to the print server ``base`` made a
+    jump inside the PDF or a link to the published site ``site_url`` (:func:`link_target`), and an
+    outline from ``outline`` (OUTLINE_JS: id, title, children) at the named destinations Chromium
+    wrote for those ids. Returns the counts, and the outline entries without a destination."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import (
+        ArrayObject,
+        Fit,
+        NameObject,
+        NullObject,
+        NumberObject,
+        TextStringObject,
+    )
+
+    reader = PdfReader(path)
+    writer = PdfWriter(clone_from=reader)
+    places = {}
+    for name, dest in reader.named_destinations.items():
+        try:
+            number = reader.get_destination_page_number(dest)
+        except Exception:  # a destination on no page: left out
+            continue
+        if number is not None and number >= 0:
+            top = dest.top if dest.top is not None else writer.pages[number].mediabox.top
+            places[str(name).lstrip("/")] = (number, float(dest.left or 0), float(top))
+
+    def explicit(name: str) -> ArrayObject:
+        number, left, top = places[name]
+        return ArrayObject([writer.pages[number].indirect_reference, NameObject("/XYZ"),
+                            NumberObject(round(left)), NumberObject(round(top)), NullObject()])
+
+    counts = {"internal": 0, "site": 0, "other": 0, "outline": 0}
+    for page in writer.pages:
+        for ref in page.get("/Annots") or []:
+            annot = ref.get_object()
+            action = annot.get("/A")
+            action = action.get_object() if action is not None else None
+            if action is None or action.get("/S") != "/URI":
+                continue
+            kind, target = link_target(str(action["/URI"]), base, set(places))
+            if kind == "dest" and target in places:
+                del annot["/A"]
+                annot[NameObject("/Dest")] = explicit(target)
+                counts["internal"] += 1
+            elif kind == "site" or kind == "dest":
+                action[NameObject("/URI")] = TextStringObject(site_url + target)
+                counts["site"] += 1
+            else:
+                counts["other"] += 1
+
+    missing = []
+
+    def add(items: list[dict], parent=None) -> None:
+        for item in items:
+            if item["id"] not in places:
+                missing.append(item["title"])
+                continue
+            number, left, top = places[item["id"]]
+            node = writer.add_outline_item(title=item["title"], page_number=number,
+                                           parent=parent, fit=Fit.xyz(left=left, top=top))
+            counts["outline"] += 1
+            add(item.get("children", []), node)
+
+    add(outline)
+    writer.page_mode = "/UseOutlines"  # a reader opens the PDF with its bookmarks shown
+    with path.open("wb") as handle:
+        writer.write(handle)
+    return {**counts, "missing": missing}
 
 
 OBJECT = re.compile(rb"(\d+)\s+0\s+obj\b(.*?)(?:\bstream\b|\bendobj\b)", re.DOTALL)
@@ -379,15 +579,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     printed = print_pdf(SINGLE, out)
     summary = pdf_summary(out.read_bytes())
+    finished = finish_pdf(out, printed["outline"], printed["base"], published_site())
     print(
         f"pdf: {out} printed in {time.perf_counter() - start:.0f} s: {summary['pages']} pages "
         f"({PAPER}), {out.stat().st_size / 2**20:.1f} MiB, {summary['images']} images "
         f"({printed['images']} on the page), {printed['formulas']} formulas "
         f"(zoomed out to the text width: {printed['scaled']['equations']} display equations, "
-        f"{printed['scaled']['tables']} tables), "
-        f"{printed['chapters']} chapters, fonts: {', '.join(summary['fonts'])}"
+        f"{printed['scaled']['inline']} inline formulas, {printed['scaled']['tables']} tables), "
+        f"{printed['chapters']} chapters, fonts: {', '.join(summary['fonts'])}; links made "
+        f"internal: {finished['internal']}, to the published site: {finished['site']}, elsewhere: "
+        f"{finished['other']}; outline: {finished['outline']} entries"
     )
     problems = check_pdf(summary, printed["formulas"])
+    problems += [f"no destination for the outline entry {title!r}" for title in finished["missing"]]
+    problems += pdf_links_problems(out, OUT.parent, published_site())
     if printed["width"] > TEXT_WIDTH_PX + 1:
         problems.append(
             f"the page is {printed['width']} px wide, the text {TEXT_WIDTH_PX} px: Chromium "

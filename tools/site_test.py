@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import base64
 import functools
+import html
 import http.server
 import json
 import os
@@ -109,16 +110,29 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{|\$\\[a-zA-Z]")
 # Prose that shows a value the reader should never see: a missing number ("nan", any case), a
 # Python None (case-sensitive, and not "None of ...": "none" is an English word), a number in raw
 # e-notation ("4.8e-04", "1e5"; lib/typeset.py writes "4.8 × 10⁻⁴").
+# A degenerate range: the same number at both ends ("10.0000 to 10.0000", "400 to 400",
+# "0.12–0.12"; lib.typeset.number_range writes such a range as one number). A numpy or torch repr
+# ("[0.32001 0.34 ]", "array([...])", "np.float64(0.5)", "tensor(...)"): code's output, not prose.
+_NUMBER = r"[−-]?\d+(?:[.,\u00a0\u202f ]\d+)*"
 PROSE_PATTERNS = {
     "nan": re.compile(r"\bnan\b", re.IGNORECASE),
     "None": re.compile(r"\bNone\b(?! of\b)"),
     "raw e-notation": re.compile(r"\b\d+(?:\.\d+)?[eE][+-]?\d+\b"),
+    "degenerate range": re.compile(
+        rf"(?<![\w.,−-])({_NUMBER})(?:\s*[–—]\s*|\s+to\s+|\s+-\s+)\1(?![\w]|[.,]\d)"
+    ),
+    "numpy/torch repr": re.compile(
+        r"\[\s*[−-]?\d+\.\d*(?:[eE][+-]?\d+)?(?:\s+[−-]?\d+\.?\d*(?:[eE][+-]?\d+)?)+\s*\]"
+        r"|\b(?:array|tensor|np\.\w+|torch\.\w+)\(|\bdtype="
+    ),
 }
 
 # Alt text that names no content: file names, hashes (Sphinx writes the image's path as its alt
 # when there is none), and generic words.
 FILE_NAME = re.compile(r"\.(png|jpe?g|svg|gif|webp)$", re.IGNORECASE)
 HASH = re.compile(r"^[0-9a-f]{16,}", re.IGNORECASE)
+# TeX in alt text: a command, a braced sub- or superscript, a dollar sign.
+ALT_TEX = re.compile(r"\\[A-Za-z]+|[_^]\{|\$")
 PLACEHOLDER_ALTS = {
     "image",
     "figure",
@@ -316,6 +330,139 @@ IMAGES_JS = """
 }
 """
 
+# MathJax's own record of what it could not typeset: an merror node (an unknown environment, a
+# missing brace, an extension that did not load) and noundefined's red \name for an undefined
+# macro; each with its message and the formula's TeX. Read from MathJax's internal tree, so that
+# an error is found whatever the output (CHTML, assistive MathML) shows of it.
+MATHJAX_ERRORS_JS = """
+() => {
+  const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
+  const out = [];
+  if (doc) {
+    for (const item of doc.math) {
+      if (!item.root || !item.root.walkTree) continue;
+      item.root.walkTree((node) => {
+        if (node.isKind('merror')) {
+          const message = node.attributes.get('data-mjx-error');
+          out.push({message: String(message || 'MathJax error'), tex: String(item.math)});
+        } else if (node.isKind('mtext') && node.attributes.get('mathcolor') === 'red') {
+          const text = node.childNodes.map((c) => (c.getText ? c.getText() : '')).join('');
+          if (text.startsWith('\\\\')) {
+            out.push({message: `undefined control sequence ${text}`, tex: String(item.math)});
+          }
+        }
+      });
+    }
+  }
+  const drawn = document.querySelectorAll('mjx-merror').length;
+  if (drawn > out.length) out.push({message: `${drawn} error boxes drawn`, tex: ''});
+  return out;
+}
+"""
+
+# Every inline formula wider than the box that holds it: clipped when that box (the nearest
+# ancestor that does not let content overflow) hides the rest (overflow hidden or clip), fine when
+# it scrolls (the reader can reach the rest). With its TeX, widths, and how far it sticks out.
+INLINE_MATH_JS = """
+() => {
+  const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
+  const tex = new Map(doc ? [...doc.math].map((item) => [item.typesetRoot, item.math]) : []);
+  const out = [];
+  for (const box of document.querySelectorAll('mjx-container:not([display="true"])')) {
+    const rect = box.getBoundingClientRect();
+    if (rect.width < 1) continue;  // in a collapsed block, or not shown
+    let holder = box.parentElement;
+    while (holder && holder !== document.body) {
+      const style = getComputedStyle(holder);
+      if (style.overflowX !== 'visible') break;
+      holder = holder.parentElement;
+    }
+    if (!holder || holder === document.body) continue;
+    const outer = holder.getBoundingClientRect();
+    const hidden = Math.max(0, rect.right - outer.right, outer.left - rect.left);
+    if (hidden <= 1) continue;
+    const overflow = getComputedStyle(holder).overflowX;
+    out.push({
+      tex: String(tex.get(box) || ''),
+      width: rect.width,
+      box: outer.width,
+      hidden,
+      scrolls: overflow === 'auto' || overflow === 'scroll',
+      id: holder.id || '',
+    });
+  }
+  return out;
+}
+"""
+
+# The page's width against the window's, and the elements that stick out on the right (not
+# counting what sits inside a box that scrolls or clips): what makes a phone's page scroll
+# sideways as a whole.
+PAGE_WIDTH_JS = """
+() => {
+  const width = document.documentElement.clientWidth;
+  const scroll = document.documentElement.scrollWidth;
+  const culprits = [];
+  if (scroll > width + 1) {
+    const inBox = (el) => {
+      for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+        if (getComputedStyle(p).overflowX !== 'visible') return true;
+      }
+      return false;
+    };
+    for (const el of document.querySelectorAll('body *')) {
+      const rect = el.getBoundingClientRect();
+      if (rect.right > width + 1 && rect.width > 0 && !inBox(el)) {
+        culprits.push({el, right: rect.right});
+      }
+    }
+  }
+  const describe = ({el, right}) => {
+    const name = el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+      ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+    const text = (el.textContent || '').replace(/\\s+/g, ' ').trim().slice(0, 60);
+    return `${name} to ${Math.round(right)} px ("${text}")`;
+  };
+  // the outermost element that sticks out (its parent fits): what to fix
+  const outer = culprits.filter((c) => !culprits.some((d) => d !== c && d.el.contains(c.el)));
+  return {width, scroll, culprits: outer.slice(0, 3).map(describe)};
+}
+"""
+
+# The sidebars on a phone: click each toggle a reader sees (the table of contents, the page's
+# contents) and say whether its panel then shows links inside the window; then close it again.
+SIDEBAR_JS = """
+async (which) => {
+  const shown = (el) => {
+    const r = el.getBoundingClientRect();
+    const style = getComputedStyle(el);
+    return r.width > 0 && r.height > 0 && style.visibility !== 'hidden' && r.right > 0
+      && r.left < window.innerWidth && r.top < window.innerHeight && r.bottom > 0;
+  };
+  const button = [...document.querySelectorAll(which.toggle)].find(shown);
+  if (!button) return {toggle: false};
+  const before = [...document.querySelectorAll(which.links)].filter(shown).length;
+  button.click();
+  await new Promise((r) => setTimeout(r, 400));
+  const links = [...document.querySelectorAll(which.links)].filter(shown);
+  const dialog = document.querySelector('dialog[open]');
+  return {toggle: true, before, after: links.length,
+          inWindow: links.every((a) => a.getBoundingClientRect().right <= window.innerWidth + 1),
+          dialog: !!dialog};
+}
+"""
+SIDEBARS = {
+    "table of contents": {"toggle": ".primary-toggle", "links": ".bd-links a, .bd-toc-item a"},
+    "page contents": {"toggle": ".secondary-toggle", "links": ".bd-toc-nav a, .page-toc a"},
+}
+CLOSE_SIDEBAR_JS = """
+async () => {
+  document.querySelectorAll('dialog[open]').forEach((d) => d.close());
+  await new Promise((r) => setTimeout(r, 200));
+}
+"""
+
+
 
 def chromium() -> str:
     """The path of Debian's Chromium, installed with apt-get when missing and we are root."""
@@ -436,6 +583,9 @@ def alt_problem(alt: str | None) -> str | None:
         return f"alt text is a placeholder: {text!r}"
     if len(text.split()) < MIN_ALT_WORDS:
         return f"alt text of fewer than {MIN_ALT_WORDS} words: {text!r}"
+    tex = ALT_TEX.search(text)
+    if tex:
+        return f"alt text holds TeX (read aloud as such): {tex.group(0)!r} in {text[:80]!r}"
     return None
 
 
@@ -531,6 +681,74 @@ def exploration_problems(
         problems.append(f"sliders not marked {{.param}} in the text before it: {missing}")
     if extra:
         problems.append(f"marked {{.param}} in the text before it but no slider: {extra}")
+    return problems
+
+
+def mathjax_problems(errors: list[dict]) -> list[str]:
+    """MathJax's errors on a page (MATHJAX_ERRORS_JS), each with the start of its formula."""
+    return [
+        f"MathJax error: {e['message']}" + (f" in {collapse(e['tex'])[:80]!r}" if e["tex"] else "")
+        for e in errors
+    ]
+
+
+def inline_math_problems(found: list[dict], viewport: int) -> list[str]:
+    """The inline formulas (INLINE_MATH_JS) cut off by a box that does not scroll."""
+    return [
+        f"inline formula cut off at {viewport} px: {f['width']:.0f} px wide in a "
+        f"{f['box']:.0f} px box that does not scroll, {f['hidden']:.0f} px hidden: "
+        f"{collapse(f['tex'])[:80]}"
+        for f in found
+        if not f["scrolls"] and f["hidden"] > WIDTH_SLACK_PX
+    ]
+
+
+def page_width_problems(found: dict) -> list[str]:
+    """The page wider than the window (PAGE_WIDTH_JS): it scrolls sideways as a whole."""
+    if found["scroll"] <= found["width"] + WIDTH_SLACK_PX:
+        return []
+    return [
+        f"the page is {found['scroll']} px wide in a {found['width']} px window (it scrolls "
+        f"sideways as a whole): {'; '.join(found['culprits']) or 'no single element found'}"
+    ]
+
+
+def sidebar_problem(what: str, found: dict) -> str | None:
+    """Why a sidebar toggle (SIDEBAR_JS) did not open its panel at 390 px, or None."""
+    if found["after"] <= found["before"] or found["after"] == 0:
+        return (f"the {what} toggle does nothing at {PHONE['width']} px: no more of its links "
+                f"are shown after the click ({found['before']} before, {found['after']} after)")
+    if not found["inWindow"]:
+        return f"the {what} opens at {PHONE['width']} px, but its links lie outside the window"
+    return None
+
+
+_ANCHOR_CACHE: dict[Path, str] = {}
+
+
+def anchor_problems(links: list[str], site: Path, base: str, page: str) -> list[str]:
+    """Links of a page into the site (``base``) whose page is missing or lacks the element
+    their fragment names (a "Cite" link to ``##cite-this-book`` goes nowhere)."""
+    problems = []
+    for link in sorted(set(links)):
+        if not link.startswith(base):
+            continue
+        parsed = urlparse(link)
+        rel = unquote(parsed.path).lstrip("/") or "index.html"
+        target = site / rel
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            problems.append(f"a link to {rel}, which the site does not have")
+            continue
+        fragment = unquote(parsed.fragment)
+        if not fragment or target.suffix != ".html":
+            continue
+        if target not in _ANCHOR_CACHE:
+            _ANCHOR_CACHE[target] = target.read_text(encoding="utf-8", errors="replace")
+        text = _ANCHOR_CACHE[target]
+        if f'id="{html.escape(fragment)}"' not in text and f"id='{fragment}'" not in text:
+            problems.append(f"a link to {rel}#{fragment}: no element of that id there")
     return problems
 
 
@@ -738,13 +956,85 @@ def check_images(images: list[dict], pngs: Pngs, chapter: bool, viewport: int) -
 
 
 def measure(page, name: str, viewport: dict, pngs: Pngs, chapter: bool) -> PageResult:
-    """Equation widths and figure sizes at ``viewport`` (the page's collapsed blocks expanded)."""
+    """Equation widths, inline formulas, figure sizes and (at 390 px) the page's own width at
+    ``viewport`` (the page's collapsed blocks expanded)."""
     page.set_viewport_size(viewport)
     page.evaluate(EXPAND_JS)
     page.wait_for_timeout(100)  # let the layout settle
     result = check_images(page.evaluate(IMAGES_JS, True), pngs, chapter, viewport["width"])
     result.overflows = overflows_of(page.evaluate(EQUATIONS_JS), name, viewport["width"])
+    result.failures += inline_math_problems(page.evaluate(INLINE_MATH_JS), viewport["width"])
+    if viewport["width"] == PHONE["width"]:
+        result.failures += page_width_problems(page.evaluate(PAGE_WIDTH_JS))
     return result
+
+
+def check_sidebars(page, shots: Path, log: dict) -> list[str]:
+    """At 390 px: each sidebar toggle a reader sees opens its panel, with its links in the
+    window (the table of contents must have a toggle on every page). A screenshot of the first
+    open table of contents goes to ``shots/toc-open-390.png``."""
+    failures = []
+    for what, which in SIDEBARS.items():
+        found = page.evaluate(SIDEBAR_JS, which)
+        if not found["toggle"]:
+            if what == "table of contents":
+                failures.append(f"no {what} toggle that a reader sees at {PHONE['width']} px")
+            continue
+        problem = sidebar_problem(what, found)
+        if problem:
+            failures.append(problem)
+        elif what == "table of contents" and not log.get("toc shot"):
+            page.screenshot(path=str(shots / "toc-open-390.png"))
+            log["toc shot"] = True
+        page.evaluate(CLOSE_SIDEBAR_JS)
+    return failures
+
+
+# Where the site test keeps a picture of the widest inline formula at 390 px, at the start and
+# scrolled to its end: the kind of formula the theme used to cut off.
+WIDEST_INLINE_JS = """
+(hidden) => {
+  for (const box of document.querySelectorAll('mjx-container:not([display="true"])')) {
+    const holder = box.closest('span.math');
+    if (!holder) continue;
+    if (Math.abs((holder.scrollWidth - holder.clientWidth) - hidden) < 1) {
+      const context = holder.closest('p, li, dd, td, figcaption') || holder;
+      context.setAttribute('data-book-widest', '');
+      holder.setAttribute('data-book-widest-math', '');
+      return true;
+    }
+  }
+  return false;
+}
+"""
+
+
+def shoot_widest_inline(page, found: list[dict], shots: Path, log: dict) -> None:
+    """Screenshots of the widest scrolling inline formula seen so far (at 390 px), where this
+    page has a wider one: ``inline-formula-390.png`` and ``inline-formula-390-end.png``."""
+    scrolling = [f for f in found if f["scrolls"]]
+    if not scrolling:
+        return
+    widest = max(scrolling, key=lambda f: f["hidden"])
+    if widest["hidden"] <= log.get("widest inline", 0):
+        return
+    if not page.evaluate(WIDEST_INLINE_JS, widest["hidden"]):
+        return
+    try:
+        context = page.locator("[data-book-widest]").first
+        context.scroll_into_view_if_needed()
+        context.screenshot(path=str(shots / "inline-formula-390.png"))
+        page.evaluate("() => { const m = document.querySelector('[data-book-widest-math]');"
+                      " m.scrollLeft = m.scrollWidth; }")
+        page.wait_for_timeout(100)
+        context.screenshot(path=str(shots / "inline-formula-390-end.png"))
+        log["widest inline"] = widest["hidden"]
+        log["widest inline tex"] = widest["tex"]
+    finally:
+        page.evaluate("() => document.querySelectorAll('[data-book-widest], "
+                      "[data-book-widest-math]').forEach((el) => { el.removeAttribute("
+                      "'data-book-widest'); el.removeAttribute('data-book-widest-math'); "
+                      "el.scrollLeft = 0; })")
 
 
 def screenshots(page, path: Path) -> None:
@@ -778,6 +1068,8 @@ def test_page(
     state = page.evaluate(PAGE_STATE_JS)
 
     result.failures += check_state(state) + check_text(state)
+    result.failures += mathjax_problems(page.evaluate(MATHJAX_ERRORS_JS))
+    result.failures += anchor_problems(state["links"], site, base, name)
     for i, anim in enumerate(page.evaluate(SCRUB_ANIMATIONS_JS)):
         if not anim["ok"]:
             result.failures.append(f"animation {i + 1}: {anim['why']}")
@@ -799,8 +1091,11 @@ def test_page(
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(100)
     screenshots(page, shots / f"{stem}-390")
+    result.failures += check_sidebars(page, shots, log)
     for viewport in (PHONE, VIEWPORT):
         found = measure(page, name, viewport, pngs, chapter)
+        if viewport is PHONE:
+            shoot_widest_inline(page, page.evaluate(INLINE_MATH_JS), shots, log)
         result.failures += found.failures
         result.notes += found.notes
         result.overflows += found.overflows
@@ -810,15 +1105,83 @@ def test_page(
     return result
 
 
-def check_pdf(site: Path) -> list[str]:
-    """The whole book as one PDF (tools/pdf.py) is in the site."""
+def check_pdf(site: Path, site_url: str | None = None) -> list[str]:
+    """The whole book as one PDF (tools/pdf.py) is in the site, with an outline, and its links
+    stay in the PDF or go to the published site or another host (:func:`pdf_links_problems`)."""
     path = site / "book.pdf"
     if not path.is_file():
         return ["book.pdf is not in the site (tools/pdf.py makes it after the HTML build)"]
     with path.open("rb") as handle:
         if handle.read(5) != b"%PDF-":
             return ["book.pdf does not start with %PDF-: not a PDF"]
-    return []
+    return pdf_links_problems(path, site, published_site() if site_url is None else site_url)
+
+
+def published_site() -> str:
+    """The published site's address from ``_config.yml`` (as tools/pdf.py writes its links)."""
+    import yaml
+    from notebook_export import site_url_of
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    repository = (config.get("repository") or {}).get("url", "")
+    baseurl = ((config.get("sphinx") or {}).get("config") or {}).get("html_baseurl", "")
+    return site_url_of(repository, baseurl)
+
+
+def link_problem(uri: str, site: Path, site_url: str) -> str | None:
+    """Why a PDF link to ``uri`` goes nowhere a reader can follow (None when it can): a local
+    address (127.0.0.1, localhost, a file, a relative path: the print server or the machine that
+    printed it), or a file of the published site ``site_url`` that the built ``site`` lacks."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("mailto", "doi"):
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return f"a link to {uri[:100]!r}: not an address on the web"
+    host = (parsed.hostname or "").lower()
+    if host in ("localhost", "0.0.0.0", "::1") or host.startswith("127."):
+        return f"a link to {uri[:100]!r}: the local machine, not the PDF or the published site"
+    if site_url and uri.startswith(site_url):
+        rel = unquote(urlparse(uri[len(site_url):]).path)
+        target = site / rel if rel else site / "index.html"
+        if not (target.is_file() or (target / "index.html").is_file()):
+            return f"a link to {uri[:100]!r}: the site has no {rel or 'index.html'}"
+    return None
+
+
+def pdf_links_problems(path: Path, site: Path, site_url: str) -> list[str]:
+    """What is wrong with the PDF's outline and links (read with pypdf): no outline; a link to a
+    named destination the PDF lacks; a link that :func:`link_problem` rejects. Identical problems
+    are counted, not repeated."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(path)
+    problems = []
+    if not reader.outline:
+        problems.append("book.pdf has no outline (bookmarks): a reader of 600 pages cannot "
+                        "jump to a chapter")
+    names = {str(name).lstrip("/") for name in reader.named_destinations}
+    found: dict[str, list[int]] = {}
+    for number, page in enumerate(reader.pages, start=1):
+        for ref in page.get("/Annots") or []:
+            annot = ref.get_object()
+            if annot.get("/Subtype") != "/Link":
+                continue
+            action = annot.get("/A")
+            action = action.get_object() if action is not None else {}
+            dest = annot.get("/Dest", action.get("/D") if action.get("/S") == "/GoTo" else None)
+            why = None
+            if action.get("/S") == "/URI":
+                why = link_problem(str(action["/URI"]), site, site_url)
+            elif isinstance(dest, str) and dest.lstrip("/") not in names:
+                why = f"a link to the destination {dest!r}, which the PDF does not have"
+            elif action and action.get("/S") not in ("/URI", "/GoTo"):
+                why = f"a link of kind {action.get('/S')} (neither inside the PDF nor a URL)"
+            if why:
+                found.setdefault(why, []).append(number)
+    for why, pages in found.items():
+        more = f" and {len(pages) - 1} more" if len(pages) > 1 else ""
+        problems.append(f"book.pdf: {why} (page {pages[0]}{more})")
+    return problems
 
 
 def report(results: dict[str, PageResult], path: Path) -> None:
