@@ -61,7 +61,9 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
   between them, but only 2.3 % of the 495 means of 4 of those seeds are below it: not reproduced.
   A paper's mean of 0.3 (9.6 % of our means below it) lies inside the central 90 %: reproduced.
   The share of our statistics below the paper's value is stored as ``rank`` and shown on the page.
-* our 6 seeds and a paper's mean of 3: the ``C(6, 3) = 20`` subsets are enumerated. With 128 seeds
+* those twelve seeds and a paper's mean, median, largest or smallest of 3 runs: the
+  ``C(12, 3) = 220`` subsets are enumerated (the tests compare every status with a brute-force
+  computation, for 2, 3 and 5 runs). With 128 seeds
   and a mean of 4 (``C(128, 4) = 10 668 000``), 200 000 subsets are drawn; for 128 lognormal
   values (``default_rng(0)``) their 5th and 95th percentiles differed from those of all the
   subsets by 0.01 % and 0.25 % of the 5th-to-95th range (measured once, enumerating all of them;
