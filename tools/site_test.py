@@ -368,7 +368,8 @@ INLINE_MATH_JS = """
   const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
   const tex = new Map(doc ? [...doc.math].map((item) => [item.typesetRoot, item.math]) : []);
   const out = [];
-  for (const box of document.querySelectorAll('mjx-container:not([display="true"])')) {
+  const boxes = document.querySelectorAll('mjx-container:not([display="true"])');
+  for (const [index, box] of boxes.entries()) {
     const rect = box.getBoundingClientRect();
     if (rect.width < 1) continue;  // in a collapsed block, or not shown
     let holder = box.parentElement;
@@ -388,7 +389,7 @@ INLINE_MATH_JS = """
       box: outer.width,
       hidden,
       scrolls: overflow === 'auto' || overflow === 'scroll',
-      id: holder.id || '',
+      index,
     });
   }
   return out;
@@ -439,11 +440,17 @@ async (which) => {
     return r.width > 0 && r.height > 0 && style.visibility !== 'hidden' && r.right > 0
       && r.left < window.innerWidth && r.top < window.innerHeight && r.bottom > 0;
   };
+  // the sidebars slide: wait for the theme's transitions (from the 1280 px layout) to end
+  const settled = async () => {
+    await new Promise((r) => setTimeout(r, 50));
+    await Promise.all(document.getAnimations().map((a) => a.finished.catch(() => null)));
+  };
+  await settled();
   const button = [...document.querySelectorAll(which.toggle)].find(shown);
   if (!button) return {toggle: false};
   const before = [...document.querySelectorAll(which.links)].filter(shown).length;
   button.click();
-  await new Promise((r) => setTimeout(r, 400));
+  await settled();
   const links = [...document.querySelectorAll(which.links)].filter(shown);
   const dialog = document.querySelector('dialog[open]');
   return {toggle: true, before, after: links.length,
@@ -993,18 +1000,14 @@ def check_sidebars(page, shots: Path, log: dict) -> list[str]:
 # Where the site test keeps a picture of the widest inline formula at 390 px, at the start and
 # scrolled to its end: the kind of formula the theme used to cut off.
 WIDEST_INLINE_JS = """
-(hidden) => {
-  for (const box of document.querySelectorAll('mjx-container:not([display="true"])')) {
-    const holder = box.closest('span.math');
-    if (!holder) continue;
-    if (Math.abs((holder.scrollWidth - holder.clientWidth) - hidden) < 1) {
-      const context = holder.closest('p, li, dd, td, figcaption') || holder;
-      context.setAttribute('data-book-widest', '');
-      holder.setAttribute('data-book-widest-math', '');
-      return true;
-    }
-  }
-  return false;
+(index) => {
+  const box = document.querySelectorAll('mjx-container:not([display="true"])')[index];
+  const holder = box && box.closest('span.math');
+  if (!holder) return false;
+  const context = holder.closest('p, li, dd, td, figcaption') || holder;
+  context.setAttribute('data-book-widest', '');
+  holder.setAttribute('data-book-widest-math', '');
+  return true;
 }
 """
 
@@ -1018,7 +1021,7 @@ def shoot_widest_inline(page, found: list[dict], shots: Path, log: dict) -> None
     widest = max(scrolling, key=lambda f: f["hidden"])
     if widest["hidden"] <= log.get("widest inline", 0):
         return
-    if not page.evaluate(WIDEST_INLINE_JS, widest["hidden"]):
+    if not page.evaluate(WIDEST_INLINE_JS, widest["index"]):
         return
     try:
         context = page.locator("[data-book-widest]").first
