@@ -330,3 +330,18 @@ def test_cite_url_on_the_intro_and_elsewhere():
     assert book_pages.cite_url("#") == "#cite-this-book"  # the intro itself: not ##cite-this-book
     assert book_pages.cite_url("intro.html") == "intro.html#cite-this-book"
     assert book_pages.cite_url("../book/intro.html") == "../book/intro.html#cite-this-book"
+
+
+def test_the_execution_table_in_reading_order():
+    from myst_nb.ext import execution_tables
+
+    run = {"mtime": 1.7e9, "runtime": 2.0, "method": "cache", "succeeded": True}
+    metadata = {name: {"exec_data": run} for name in ("book/a", "book/b", "book/z", "book/x")}
+    table = execution_tables.make_stat_table("book/execution", metadata)
+    includes = {"book/intro": ["book/z", "book/a"], "book/z": ["book/b"]}
+    order = book_pages.reading_order(includes, "book/intro")
+    assert order == ["book/intro", "book/z", "book/b", "book/a"]
+    book_pages.polish_exec_table(table, {}, order)
+    rows = [[entry.astext() for entry in row.findall(nodes.entry)]
+            for row in table.findall(nodes.row)]
+    assert [row[0] for row in rows[1:]] == ["book/z", "book/b", "book/a", "book/x"]

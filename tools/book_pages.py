@@ -150,9 +150,25 @@ EXEC_HEADERS = {"Document": "Page", "Modified": "Executed at", "Run Time (s)": "
 EXEC_MARKS = {"✅": "ok", "❌": "failed"}
 
 
-def polish_exec_table(table: nodes.table, titles: dict[str, str]) -> None:
+def polish_exec_table(
+    table: nodes.table, titles: dict[str, str], order: list[str] | None = None
+) -> None:
     """Reword MyST-NB's execution table in place: headers and marks as above, each page's link
-    text its title (``titles``: docname to title) instead of its docname."""
+    text its title (``titles``: docname to title) instead of its docname; with ``order`` (the
+    book's pages in reading order), the rows in that order instead of by file name (pages not in
+    it last, by name)."""
+    if order is not None:
+        rank = {name: i for i, name in enumerate(order)}
+        for body in table.findall(nodes.tbody):
+            def key(row: nodes.row) -> tuple[int, str]:
+                refs = list(row.findall(addnodes.pending_xref))
+                name = refs[0].astext() if refs else ""
+                return (rank.get(name, len(rank)), name)
+
+            rows = sorted(body.children, key=key)
+            body.children = []
+            for row in rows:
+                body += row
     for entry in table.findall(nodes.entry):
         for leaf in list(entry.findall(nodes.Text)):
             text = str(leaf)
@@ -166,6 +182,22 @@ def polish_exec_table(table: nodes.table, titles: dict[str, str]) -> None:
             ref += nodes.inline(text=titles[docname])
 
 
+def reading_order(includes: dict[str, list[str]], root: str) -> list[str]:
+    """The pages in the order a reader meets them: ``root``, then depth first through the
+    toctrees (``includes``: docname to the docnames its toctrees list, as Sphinx records them)."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        order.append(name)
+        for child in includes.get(name, []):
+            visit(child)
+
+    visit(root)
+    return order
+
+
 class ExecutionTable(SphinxPostTransform):
     """Build MyST-NB's execution table (its post-transform, priority 8, then finds nothing left
     to do) and reword it (:func:`polish_exec_table`)."""
@@ -177,9 +209,10 @@ class ExecutionTable(SphinxPostTransform):
         from myst_nb.sphinx_ import NbMetadataCollector
 
         titles = {name: title.astext() for name, title in self.env.titles.items()}
+        order = reading_order(self.env.toctree_includes, self.config.root_doc)
         for node in list(self.document.findall(ExecutionStatsNode)):
             table = make_stat_table(self.env.docname, NbMetadataCollector.get_doc_data(self.env))
-            polish_exec_table(table, titles)
+            polish_exec_table(table, titles, order)
             node.replace_self(table)
 
 
