@@ -12,7 +12,8 @@
 #   make lint      ruff over the Python code
 #   make bench     time the chapters (default and full scale) and the library's hot paths
 #   make ledger    execute every chapter and commit what it reproduces to book/results/ledger.json
-#   make reproduce recompute the committed long-run results book/results/*.json (CHAPTERS=... for some)
+#   make reproduce recompute the committed long-run results book/results/*.json (CHAPTERS=... for some;
+#                  on a Dask cluster with BOOK_DASK_SCHEDULER=...; SCALING=<chapter> times 1, 2, 4 workers)
 #   make clean     remove build outputs (keeps .venv)
 #   make lock      regenerate requirements-lock.txt from the ranges in pyproject.toml
 
@@ -67,6 +68,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests -q
 	$(call run-chapters,300)
 	$(BIN)/python tools/ledger.py check
+	$(RESULTS_CHECK)
+
+# The committed long-run results (book/results/*.json, make reproduce) against the code: every
+# task's digest and every derived number, then one randomly chosen task per file that costs at
+# most 20 s recomputed (benchmarks/reproduce.py --check; the seed is printed, so a failure can be
+# rerun with --seed). A number edited by hand, or one the code no longer computes, names its file
+# and task.
+RESULTS_CHECK = $(RUN) $(BIN)/python benchmarks/reproduce.py --check --sample 1 --budget 20
 
 # The reproductions ledger (lib/ledger.py): every chapter records the papers' numbers it recomputes
 # into $(LEDGER_DIR) as it executes; `make ledger` commits them, `make test` and `make book` check
@@ -175,8 +184,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(RUN) $(BIN)/python benchmarks/run.py
 
+# Tasks run on local processes (BOOK_WORKERS, default one per core) or on a Dask cluster
+# (BOOK_DASK_SCHEDULER=tcp://host:8786, or local:N; README "On a cluster"); a stopped run resumes
+# (FRESH=1 starts over). SCALING=<chapter>: time that chapter's cheapest tasks on 1, 2 and 4
+# workers of a local Dask cluster instead.
 reproduce: $(STAMP)
-	$(RUN) $(BIN)/python benchmarks/reproduce.py $(CHAPTERS)
+	$(RUN) $(BIN)/python benchmarks/reproduce.py $(if $(SCALING),--scaling $(SCALING),$(CHAPTERS) $(if $(FRESH),--fresh))
 
 clean:
 	rm -rf _build $(NBTEST) .pytest_cache .ruff_cache .benchmarks .lockvenv *.egg-info
@@ -190,7 +203,7 @@ lock:
 	rm -rf .lockvenv
 	$(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install --progress-bar off -q torch==$(TORCH) setuptools
-	.lockvenv/bin/pip install --progress-bar off -q -e '.[book,test]'
+	.lockvenv/bin/pip install --progress-bar off -q -e '.[book,test,reproduce]'
 	{ echo "# Exact versions that \`make\` installs (regenerate with \`make lock\`)."; \
 	  echo "# Python $$(.lockvenv/bin/python -c 'import platform; print(platform.python_version())'), made by pip freeze."; \
 	  .lockvenv/bin/pip freeze --all --exclude-editable --exclude pip | sed -e 's/^torch==\(.*\)+cpu$$/torch==\1/'; \

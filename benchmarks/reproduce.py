@@ -156,7 +156,7 @@ def check_file(chapter: str, *, sample: int, budget: float, rng: random.Random,
                pool=None) -> list[str]:
     """Problems of one committed file (empty when it follows from the code)."""
     make_tasks, finish = files()[chapter]
-    name = results_path(chapter).relative_to(ROOT)
+    name = f"book/results/{results_path(chapter).name}"
     if make_tasks is None:
         return [f"{name}: its reproduce module has no tasks() and finish()"]
     try:
