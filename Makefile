@@ -50,7 +50,7 @@ $(STAMP): requirements-lock.txt pyproject.toml
 # nbmake (which skips every path with a "_build" part, hence the scratch folder). $(1): the
 # timeout of a cell in seconds.
 define run-chapters
-rm -rf $(NBTEST) $(LEDGER_DIR)
+rm -rf $(NBTEST) $(LEDGER_DIR) $(EXECUTED)
 mkdir -p $(NBTEST)
 for src in $$($(BIN)/python tools/chapters.py --notebooks); do \
   name=$$(basename "$${src%.*}"); \
@@ -64,9 +64,22 @@ else \
 fi
 endef
 
+# make book leaves _build/.executed holding the hash of the sources it executed every chapter
+# from (SOURCES_HASH: the book, lib, tools, the configuration and the lock, at BOOK_SCALE). When
+# make test finds the same hash, it does not execute the chapters a second time: the book build ran
+# each one with errors fatal, in the mode that renders every exploration frame (a superset of
+# nbmake's one frame), and wrote the ledger entries that `tools/ledger.py check` reads. CI builds
+# the book first for this reason (.ci/run).
+EXECUTED := _build/.executed
+SOURCES_HASH = { git ls-files -co --exclude-standard -z -- book lib tools benchmarks _config.yml \
+  _toc.yml requirements-lock.txt pyproject.toml | sort -z | xargs -0 sha256sum; \
+  echo "scale=$${BOOK_SCALE:-}"; } 2>/dev/null | sha256sum | cut -c1-64
+SAME_SOURCES = $(shell test -f $(EXECUTED) && git rev-parse --git-dir >/dev/null 2>&1 \
+  && test "$$(cat $(EXECUTED))" = "$$($(SOURCES_HASH))" && echo yes)
+
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -q
-	$(call run-chapters,300)
+	$(if $(SAME_SOURCES),@echo "every chapter was executed by make book from these sources ($(EXECUTED)); not again",$(call run-chapters,300))
 	$(BIN)/python tools/ledger.py check
 	$(RESULTS_CHECK)
 
@@ -140,8 +153,10 @@ test-portable: $(STAMP)
 # The site's copy of MathJax is removed first, so that it holds exactly the vendored files (Sphinx
 # never deletes a static file it copied before).
 book: $(STAMP) $(MATHJAX)
-	rm -rf $(LEDGER_DIR) _build/html/_static/mathjax
-	BOOK_MODE=build $(RUN) $(MPL) $(BIN)/jupyter-book build . -W --keep-going
+	rm -rf $(LEDGER_DIR) _build/html/_static/mathjax $(EXECUTED)
+	hash=$$($(SOURCES_HASH)); \
+	BOOK_MODE=build $(RUN) $(MPL) $(BIN)/jupyter-book build . -W --keep-going; \
+	echo "$$hash" > $(EXECUTED)
 	$(BIN)/python tools/ledger.py check --executed-only
 	@echo "The book is in _build/html/index.html"
 
