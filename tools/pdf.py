@@ -159,6 +159,31 @@ SCALE_TO_FIT_JS = """
 }
 """
 
+# A link from the single page to another page of the site whose target is on the single page (an
+# element of the fragment's id, or the chapter's start, <span id="document-book/NAME">) becomes a
+# link within the page, which Chromium prints as a jump inside the PDF. Returns how many.
+LINKS_JS = """
+() => {
+  let internal = 0;
+  for (const a of document.querySelectorAll('a[href]')) {
+    const url = new URL(a.href, location.href);
+    if (url.origin !== location.origin || url.pathname === location.pathname) continue;
+    const fragment = decodeURIComponent(url.hash.slice(1));
+    const path = decodeURIComponent(url.pathname).replace(/^\\//, '');
+    let id = fragment && document.getElementById(fragment) ? fragment : '';
+    if (!id && !fragment && path.endsWith('.html')
+        && document.getElementById('document-' + path.slice(0, -5))) {
+      id = 'document-' + path.slice(0, -5);
+    }
+    if (id) {
+      a.setAttribute('href', '#' + id);
+      internal += 1;
+    }
+  }
+  return internal;
+}
+"""
+
 # The outline: the introduction (the first section of the page) and every chapter (the section
 # after each <span id="document-book/NAME">), each with its own sections, by id and title. A hidden
 # link to each of them makes Chromium write a named destination for it (it writes one for every
@@ -385,6 +410,7 @@ def print_pdf(single: Path, out: Path) -> dict:
             page.evaluate("() => window.MathJax.startup.promise.then(() => true)")
             prepared = page.evaluate(PREPARE_JS, [title_page(), PRINT_CSS])
             outline = page.evaluate(OUTLINE_JS)
+            prepared["internal links"] = page.evaluate(LINKS_JS)
             page.emulate_media(media="print")
             page.evaluate("() => document.fonts.ready.then(() => true)")
             page.wait_for_function(
@@ -586,9 +612,10 @@ def main(argv: list[str] | None = None) -> int:
         f"({printed['images']} on the page), {printed['formulas']} formulas "
         f"(zoomed out to the text width: {printed['scaled']['equations']} display equations, "
         f"{printed['scaled']['inline']} inline formulas, {printed['scaled']['tables']} tables), "
-        f"{printed['chapters']} chapters, fonts: {', '.join(summary['fonts'])}; links made "
-        f"internal: {finished['internal']}, to the published site: {finished['site']}, elsewhere: "
-        f"{finished['other']}; outline: {finished['outline']} entries"
+        f"{printed['chapters']} chapters, fonts: {', '.join(summary['fonts'])}; links to other "
+        f"pages made internal: {printed['internal links']} on the page and {finished['internal']} "
+        f"in the file, to the published site: {finished['site']}; outline: "
+        f"{finished['outline']} entries"
     )
     problems = check_pdf(summary, printed["formulas"])
     problems += [f"no destination for the outline entry {title!r}" for title in finished["missing"]]
