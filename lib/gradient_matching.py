@@ -203,16 +203,30 @@ def _check_runs(params, name: str = "params") -> int:
     return runs
 
 
+STEP_RULES = ("constant", "authors")
+
+
 @dataclass(frozen=True)
 class AttackConfig:
     """Signed Adam on the matching objective: ``steps`` iterations from ``restarts`` random starts,
-    step size ``lr`` (in units of ε), per-row weight ``reg_factor`` = λ (0: no regularizer)."""
+    per-row weight ``reg_factor`` = λ (0: no regularizer), and one of two step rules:
+
+    * ``"constant"`` (this book's): Adam's step ``lr`` · ε, constant, from a uniform start in the
+      ε-box;
+    * ``"authors"`` (the gradient-matching code of Geiping et al. 2021 that the paper ran, its
+      "rule 2" for signed Adam): Adam's step ``lr`` in the units of the (standardized) data, their
+      τ = 0.1 by default, multiplied by 0.1 after steps ⌊steps/2.667⌋, ⌊steps/1.6⌋ and
+      ⌊steps/1.142⌋ (93, 156 and 218 of 250: their MultiStepLR), from a Gaussian start ε·N(0, 1)
+      clipped to the ε-box (their "randn" start). Both starts are then projected into the data
+      range.
+    """
 
     steps: int = 40
     restarts: int = 2
     lr: float = 0.1
     reg_factor: float = 0.0
     row_length: int = 8
+    step_rule: str = "constant"
 
     def __post_init__(self):
         as_int(self.steps, "steps", minimum=1)
@@ -220,6 +234,17 @@ class AttackConfig:
         as_positive_float(self.lr, "lr")
         as_positive_float(self.reg_factor, "reg_factor", allow_zero=True)
         as_int(self.row_length, "row_length", minimum=1)
+        if self.step_rule not in STEP_RULES:
+            raise ValueError(f"step_rule must be one of {STEP_RULES}, got {self.step_rule!r:.40}")
+
+    def step_sizes(self, eps: float) -> np.ndarray:
+        """Adam's step size at each of the ``steps`` iterations (the rule above, for bound ε)."""
+        eps = as_positive_float(eps, "eps")
+        if self.step_rule == "constant":
+            return np.full(self.steps, self.lr * eps)
+        milestones = [int(self.steps // d) for d in (2.667, 1.6, 1.142)]
+        k = np.arange(self.steps)
+        return self.lr * 0.1 ** sum((k >= m).astype(int) for m in milestones)
 
 
 @dataclass
@@ -355,7 +380,13 @@ class _Matching:
     targets x_t (R, L) with classes adv (R,), poison images base (R, P, L) labelled adv. With an
     ensemble of K surrogates, ℳ is the mean over the K members of each member's ℳ."""
 
-    def __init__(self, victim: Victim, surrogate: Params, x_t: torch.Tensor, adv, base):
+    def __init__(
+        self, victim: Victim, surrogate: Params, x_t: torch.Tensor, adv, base, poison_labels=None
+    ):
+        # one target per run (x_t (R, L), adv (R,)), or T per run (x_t (R, T, L), adv (R, T)),
+        # whose mean loss gives g_t; the poisons are labelled adv unless poison_labels (R, P)
+        if x_t.ndim == 2:
+            x_t, adv = x_t[:, None, :], adv[:, None]
         runs, members = len(adv), runs_of(surrogate)
         self.logits = victim.logits
         # runs in the order (member, attack): member k's copies are rows k·R … (k + 1)·R − 1
@@ -365,20 +396,21 @@ class _Matching:
         }
         self.params = {k: v.requires_grad_() for k, v in copies.items()}
         self.members, self.runs = members, runs * members
-        x_t, adv = x_t.repeat(members, 1), adv.repeat(members)
-        out = victim._checked_logits(self.params, x_t[:, None, :])
+        labels = adv[:, :1].expand(base.shape[:2]) if poison_labels is None else poison_labels
+        x_t, adv = x_t.repeat(members, 1, 1), adv.repeat(members, 1)
+        out = victim._checked_logits(self.params, x_t)
         self.classes = int(out.shape[-1])
         if int(adv.max()) >= out.shape[-1]:
             raise ValueError(
                 f"adversarial classes must lie in 0..{out.shape[-1] - 1} (the surrogate's "
                 f"classes), got {int(adv.max())}"
             )
-        target_loss = _per_run_cross_entropy(out, adv[:, None]).sum()
+        target_loss = _per_run_cross_entropy(out, adv).sum()
         grads = torch.autograd.grad(target_loss, list(self.params.values()))
         self.g_t = [g.detach().reshape(self.runs, -1) for g in grads]
         self.g_t_norm = torch.sqrt(sum((g * g).sum(-1) for g in self.g_t))
         self.base = base.repeat(members, 1, 1)
-        self.labels = adv[:, None].expand(self.base.shape[:2])
+        self.labels = labels.repeat(members, 1)
 
     def __call__(self, delta: torch.Tensor, *, create_graph: bool = False) -> torch.Tensor:
         x = self.base + delta.repeat(self.members, 1, 1)
@@ -451,11 +483,11 @@ def _check_configs(config) -> list[AttackConfig]:
     for c in configs:
         if not isinstance(c, AttackConfig):
             raise ValueError(f"config must be an AttackConfig, got {type(c).__name__}")
-    loop = {(c.steps, c.restarts, c.lr) for c in configs}
+    loop = {(c.steps, c.restarts, c.lr, c.step_rule) for c in configs}
     if len(loop) > 1:
         raise ValueError(
-            "attacks brewed together must share steps, restarts and lr, got "
-            f"{sorted(loop)} (steps, restarts, lr)"
+            "attacks brewed together must share steps, restarts, lr and step_rule, got "
+            f"{sorted(loop)} (steps, restarts, lr, step_rule)"
         )
     return configs
 
@@ -534,14 +566,20 @@ def brew(
     matching = _Matching(victim, surrogate, x_test[t_idx].to(md), adv, base.repeat(n_cfg, 1, 1))
     _check_classes({"y_train": y_train, "y_test": y_test}, matching.classes)
     gen = torch.Generator().manual_seed(seed)
-    start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
+    if configs[0].step_rule == "authors":
+        start = torch.randn(base.shape, generator=gen, dtype=torch.float64).clamp(-1, 1) * eps
+    else:
+        start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
     start = _project(start.to(md), base, eps, lo, hi)
     delta = start.repeat(n_cfg, 1, 1).requires_grad_()
     base = base.repeat(n_cfg, 1, 1)
-    opt = torch.optim.Adam([delta], lr=configs[0].lr * eps)
+    sizes = configs[0].step_sizes(eps)
+    opt = torch.optim.Adam([delta], lr=float(sizes[0]))
     w = weights.to(md).repeat_interleave(n_att * restarts, dim=0)[:, None, :]  # (runs, 1, L)
 
-    for _ in range(configs[0].steps):
+    for step in range(configs[0].steps):
+        for group in opt.param_groups:
+            group["lr"] = float(sizes[step])
         objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
         opt.zero_grad(set_to_none=True)
         (grad,) = torch.autograd.grad(objective, [delta])
@@ -568,9 +606,111 @@ def brew(
     return brews[0] if isinstance(config, AttackConfig) else brews
 
 
-def random_perturbations(base, like, eps: float, data_range, *, seed: int = 0) -> torch.Tensor:
-    """The random control: for each poison a uniformly random direction scaled to the ℓ2 norm of the
-    matching perturbation ``like`` of the same poison, then projected onto the ε-box and data range.
+def brew_joint(
+    surrogate: Params,
+    x_train,
+    y_train,
+    x_test,
+    targets,
+    intended: int,
+    poison_index,
+    eps: float,
+    data_range,
+    config: AttackConfig = AttackConfig(),
+    *,
+    batch: int | None = None,
+    seed: int = 0,
+    victim: Victim | None = None,
+) -> dict:
+    """One *joint* brew (the "random-subset" threat model of the gradient-matching code that the
+    paper ran for Table 2): T target test images ``targets`` with one shared ``intended`` class,
+    and P poisons ``poison_index`` drawn from the whole training set (any class), each keeping
+    its own label. The target gradient is that of the targets' mean loss,
+    g_t = ∇_θ (1/T) Σ_j ℓ(x_{t_j}, intended); the poisons are matched to it in batches of
+    ``batch`` poisons (default: all P in one), each batch with its own ℳ of eq. (ℳ) above, and
+    the objective is the sum over batches (as the authors' code sums over its poison batches).
+    The optimization is :func:`brew`'s (``config``'s step rule, restarts; one config). Returns
+    ``{"poison_index" (P,), "delta" (P, L) float64, "matching_loss" (float, summed over batches),
+    "restart_losses" (restarts,)}``.
+    """
+    if not isinstance(config, AttackConfig):
+        raise ValueError(f"config must be an AttackConfig, got {type(config).__name__}")
+    victim = _check_victim(victim)
+    surrogate = _check_surrogate(surrogate)
+    x_train = _check_sequences(x_train, "x_train")
+    x_test = _check_sequences(x_test, "x_test", x_train.shape[1])
+    y_train = _check_labels(x_train, y_train, "y_train")
+    eps, lo, hi = _check_box(eps, data_range, x_train, "x_train")
+    seed = as_seed(seed)
+    intended = as_int(intended, "intended class", minimum=0, maximum=MAX_INDEX)
+    targets = [
+        as_int(t, "target index", minimum=0, maximum=MAX_INDEX) for t in as_list(targets, "targets")
+    ]
+    if not targets or len(set(targets)) != len(targets):
+        raise ValueError(f"targets must be distinct test indices, got {targets!r:.80}")
+    for t in targets:
+        if t >= len(x_test):
+            raise ValueError(f"target index {t} is out of range for a test set of {len(x_test)}")
+    index = _as_indices(poison_index, "poison_index", (None,), len(x_train), "training indices")
+    n_poisons = len(index)
+    if n_poisons == 0 or len(set(index.tolist())) != n_poisons:
+        raise ValueError("poison_index must hold at least one distinct training index")
+    batch = n_poisons if batch is None else as_int(batch, "batch", minimum=1)
+    if n_poisons % batch:
+        raise ValueError(f"batch {batch} must divide the number of poisons {n_poisons}")
+    chunks, restarts, md = n_poisons // batch, config.restarts, victim.dtype
+    runs = chunks * restarts  # in the order (restart, chunk)
+    base = x_train[index].reshape(chunks, batch, -1).repeat(restarts, 1, 1).to(md)
+    labels = y_train[index].reshape(chunks, batch).repeat(restarts, 1)
+    x_t = x_test[targets].to(md)[None].expand(runs, -1, -1)
+    adv = torch.full((runs, len(targets)), intended, dtype=torch.int64)
+    matching = _Matching(victim, surrogate, x_t, adv, base, poison_labels=labels)
+    _check_classes({"y_train": y_train, "intended": torch.tensor([intended])}, matching.classes)
+    gen = torch.Generator().manual_seed(seed)
+    if config.step_rule == "authors":
+        start = torch.randn(base.shape, generator=gen, dtype=torch.float64).clamp(-1, 1) * eps
+    else:
+        start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
+    delta = _project(start.to(md), base, eps, lo, hi).requires_grad_()
+    sizes = config.step_sizes(eps)
+    opt = torch.optim.Adam([delta], lr=float(sizes[0]))
+    w = (config.reg_factor * row_weights(x_train.shape[1], config.row_length)).to(md)
+    for step in range(config.steps):
+        for group in opt.param_groups:
+            group["lr"] = float(sizes[step])
+        objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
+        opt.zero_grad(set_to_none=True)
+        (grad,) = torch.autograd.grad(objective, [delta])
+        delta.grad = grad.sign()
+        opt.step()
+        with torch.no_grad():
+            delta.copy_(_project(delta, base, eps, lo, hi))
+    final = matching(delta.detach()).detach().reshape(restarts, chunks).sum(-1)
+    _check_result(final, "the matching loss of the poisons")
+    best = int(final.argmin())
+    chosen = delta.detach().reshape(restarts, n_poisons, -1)[best]
+    return {
+        "poison_index": index,
+        "delta": chosen.to(DTYPE),
+        "matching_loss": float(final[best]),
+        "restart_losses": final.to(DTYPE),
+    }
+
+
+def random_perturbations(
+    base, like, eps: float, data_range, *, seed: int = 0, match: str = "l2-linf"
+) -> torch.Tensor:
+    """The random control: for each poison a random perturbation of the size of the perturbation
+    ``like`` of the same poison (the arm it is compared with), inside the ε-box and the data range.
+
+    A Gaussian direction d is drawn per poison. With ``match="l2-linf"`` (the default) the control
+    is δ(s) = clip(s d, box), the box being the data range and the ℓ∞ ball of radius ‖like‖_∞ (so
+    its ℓ∞ norm is at most that of ``like``), with the scale s found by bisection such that
+    ‖δ(s)‖₂ = ‖like‖₂ (‖δ(s)‖₂ grows with s; where even s → ∞ stays below, s is that limit, and
+    :func:`size_ratio` shows the shortfall; a pixel at an end of the data range, which can move
+    one way only, takes that way, as an attack's must). With ``match="l2-before-projection"`` the
+    direction is scaled to ‖like‖₂ and then projected onto the ε-box and the data range (its ℓ2
+    norm then ends below ``like``'s).
 
     ``base`` and ``like`` have the same shape (..., P, L); returns float64 δ of that shape.
     """
@@ -581,12 +721,60 @@ def random_perturbations(base, like, eps: float, data_range, *, seed: int = 0) -
             "base and like must have the same shape, got "
             f"{tuple(base.shape)} and {tuple(like.shape)}"
         )
+    if match not in ("l2-linf", "l2-before-projection"):
+        raise ValueError(f"match must be 'l2-linf' or 'l2-before-projection', got {match!r:.40}")
     eps, lo, hi = _check_box(eps, data_range, base, "base")
+    largest = float(like.abs().max())
+    if largest > eps * (1 + 1e-6):
+        raise ValueError(f"like must lie in the eps-box (|like| <= {eps}), got {largest}")
     gen = torch.Generator().manual_seed(as_seed(seed))
     direction = torch.randn(base.shape, generator=gen, dtype=DTYPE)
     direction = direction / torch.linalg.vector_norm(direction, dim=-1, keepdim=True)
-    delta = direction * torch.linalg.vector_norm(like, dim=-1, keepdim=True)
-    return _check_result(_project(delta, base, eps, lo, hi), "the random perturbations")
+    target = torch.linalg.vector_norm(like, dim=-1, keepdim=True)
+    if match == "l2-before-projection":
+        delta = _project(direction * target, base, eps, lo, hi)
+        return _check_result(delta, "the random perturbations")
+    radius = like.abs().amax(-1, keepdim=True).clamp(max=eps)
+    upper = torch.minimum(hi - base, radius)
+    lower = torch.maximum(lo - base, -radius)
+    # a pixel at an end of the data range can move one way only: its direction takes that way
+    direction = torch.where(upper <= 0, -direction.abs(), direction)
+    direction = torch.where(lower >= 0, direction.abs(), direction)
+
+    def clipped(scale):
+        return torch.maximum(torch.minimum(direction * scale, upper), lower)
+
+    # ‖clip(s d)‖₂ is continuous and non-decreasing in s; bracket [0, s_max], s_max saturating
+    # every coordinate (|d_p| s ≥ radius wherever d_p ≠ 0).
+    small = direction.abs().where(direction != 0, torch.ones_like(direction)).amin(-1, keepdim=True)
+    s_lo = torch.zeros_like(target)
+    s_hi = radius / small + 1.0
+    for _ in range(60):  # halves the bracket 60 times: below float64 resolution
+        mid = (s_lo + s_hi) / 2
+        below = torch.linalg.vector_norm(clipped(mid), dim=-1, keepdim=True) < target
+        s_lo, s_hi = torch.where(below, mid, s_lo), torch.where(below, s_hi, mid)
+    return _check_result(clipped(s_hi), "the random perturbations")
+
+
+def size_ratio(delta, like) -> dict[str, float]:
+    """Median over poisons of ‖δ‖₂ / ‖like‖₂ and of ‖δ‖_∞ / ‖like‖_∞ (poisons with like = 0 left
+    out): how well a control ``delta`` matches the size of the arm ``like`` (both (..., P, L))."""
+    delta = as_tensor(delta, "delta", min_ndim=1, nonempty=True)
+    like = as_tensor(like, "like", min_ndim=1)
+    if delta.shape != like.shape:
+        raise ValueError(
+            f"delta and like must have the same shape, got {tuple(delta.shape)} and "
+            f"{tuple(like.shape)}"
+        )
+    out = {}
+    for name, order in (("l2", 2.0), ("linf", float("inf"))):
+        a = torch.linalg.vector_norm(delta, ord=order, dim=-1).flatten()
+        b = torch.linalg.vector_norm(like, ord=order, dim=-1).flatten()
+        keep = b > 0
+        if not bool(keep.any()):
+            raise ValueError("like is zero for every poison: no size to match")
+        out[name] = float((a[keep] / b[keep]).median())
+    return out
 
 
 def poisoned_sets(x_train, y_train, poison_index, delta) -> tuple[torch.Tensor, torch.Tensor]:

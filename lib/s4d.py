@@ -533,9 +533,28 @@ def logits(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Te
     return _check_result(_logits(params, x, method), "the logits")
 
 
+def features(params: Params, x: torch.Tensor, *, method: str = "auto") -> torch.Tensor:
+    """The decoder's input of R networks, the mean over positions of the last layer's output:
+    x (R, B, L·C) (or (B, L·C), shared) → (R, B, H), the features φ(x) with logits
+    W_dec φ(x) + b_dec (:func:`logits`). A frozen extractor for a retrained head (transfer)."""
+    net = _check_params(params)
+    method = as_choice(method, "method", CONV_METHODS)
+    x = _check_sequences(x, "x", net)
+    out = _pooled(params, x, method).transpose(-1, -2).to(x.device)
+    return _check_result(out, "the features")
+
+
 def _logits(params: Params, x: torch.Tensor, method: str) -> torch.Tensor:
     """:func:`logits` of checked parameters and sequences."""
     home = x.device
+    pooled = _pooled(params, x.to(compute_device()), method)  # (R, H, B)
+    dec_w, dec_b = params["dec_w"].to(pooled.device), params["dec_b"].to(pooled.device)
+    out = (dec_w @ pooled).transpose(-1, -2) + dec_b[:, None, :]
+    return out.to(home)
+
+
+def _pooled(params: Params, x: torch.Tensor, method: str) -> torch.Tensor:
+    """The mean over positions of the last layer's output, (R, H, B), on the compute device."""
     device = compute_device()
     if params["enc_w"].device != device:
         params = {k: v.to(device) for k, v in params.items()}
@@ -589,9 +608,7 @@ def _logits(params: Params, x: torch.Tensor, method: str) -> torch.Tensor:
             u = u + mixed.reshape(u.shape)
         else:
             u = s4d_ops._channel_layer_norm(u.reshape(r, h, -1) + mixed).reshape(u.shape)
-    pooled = u.mean(2)  # (R, H, B)
-    out = (params["dec_w"] @ pooled).transpose(-1, -2) + params["dec_b"][:, None, :]
-    return out.to(home)
+    return u.mean(2)  # (R, H, B)
 
 
 def per_run_loss(params: Params, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

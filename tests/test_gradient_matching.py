@@ -111,8 +111,105 @@ def test_random_control_has_the_attack_norm_at_most(gen):
     torch.testing.assert_close(  # no clipping is active at this size: the norms agree
         torch.linalg.vector_norm(rnd, dim=-1), torch.linalg.vector_norm(like, dim=-1)
     )
-    clipped = gm.random_perturbations(base, like * 1e3, 0.05, (-1.0, 1.0), seed=1)
-    assert float(clipped.abs().max()) <= 0.05
+    big = (torch.randn(2, 4, 64, generator=gen, dtype=DT) * 0.1).clamp(-0.05, 0.05)
+    old = gm.random_perturbations(base, big, 0.05, (-1.0, 1.0), seed=1,
+                                  match="l2-before-projection")
+    assert float(old.abs().max()) <= 0.05  # projected after scaling: it ends smaller in l2
+    assert gm.size_ratio(old, big)["l2"] < 0.95
+
+
+def test_random_control_matches_each_arms_size(gen):
+    # two arms of different sizes (a saturated one, like an unregularized attack, and a small
+    # one), over images near the edge of the data range: each control takes its own arm's size
+    base = (torch.rand(3, 5, 64, generator=gen, dtype=DT) * 2 - 1)
+    base[..., :16] = -1.0  # background pixels at the bottom of the range: they can only go up
+    eps = 0.2
+    arms = {
+        "saturated": gm._project(torch.sign(torch.randn(3, 5, 64, generator=gen, dtype=DT)) * eps,
+                                 base, eps, -1.0, 1.0),
+        "small": gm._project(torch.randn(3, 5, 64, generator=gen, dtype=DT) * 0.02, base, eps,
+                             -1.0, 1.0),
+    }
+    for name, like in arms.items():
+        rnd = gm.random_perturbations(base, like, eps, (-1.0, 1.0), seed=4)
+        l2, l2_like = (torch.linalg.vector_norm(d, dim=-1) for d in (rnd, like))
+        assert (l2 <= l2_like * (1 + 1e-9)).all()
+        if name == "small":  # no bound is active: the norms agree exactly
+            torch.testing.assert_close(l2, l2_like, rtol=1e-9, atol=0)
+        else:  # pixels near the range's ends cap the random sign pattern: a small shortfall
+            assert float((l2 / l2_like).min()) > 0.9
+        assert (rnd.abs().amax(-1) <= like.abs().amax(-1) + 1e-15).all()
+        assert ((base + rnd >= -1.0) & (base + rnd <= 1.0)).all()
+        ratio = gm.size_ratio(rnd, like)
+        assert ratio["l2"] == pytest.approx(1.0, abs=0.1) and ratio["linf"] <= 1.0
+        # a random direction, not the arm's: nearly orthogonal to it
+        cos = (rnd * like).sum(-1) / (l2 * l2_like)
+        assert float(cos.abs().median()) < 0.9
+    with pytest.raises(ValueError, match="eps-box"):
+        gm.random_perturbations(base, arms["saturated"] * 2, eps, (-1.0, 1.0))
+    with pytest.raises(ValueError, match="match must be"):
+        gm.random_perturbations(base, arms["small"], eps, (-1.0, 1.0), match="l1")
+    with pytest.raises(ValueError, match="same shape"):
+        gm.size_ratio(arms["small"][0], arms["small"])
+    with pytest.raises(ValueError, match="no size to match"):
+        gm.size_ratio(arms["small"], torch.zeros_like(arms["small"]))
+
+
+def test_the_authors_step_schedule():
+    # their MultiStepLR: x0.1 after steps 250 // 2.667 = 93, 250 // 1.6 = 156, 250 // 1.142 = 218
+    sizes = gm.AttackConfig(steps=250, step_rule="authors").step_sizes(0.3)
+    assert sizes[0] == 0.1 and sizes[92] == 0.1  # tau = 0.1 in data units, whatever eps
+    assert sizes[93] == pytest.approx(0.01) and sizes[155] == pytest.approx(0.01)
+    assert sizes[156] == pytest.approx(1e-3) and sizes[217] == pytest.approx(1e-3)
+    assert sizes[218] == pytest.approx(1e-4) and sizes[249] == pytest.approx(1e-4)
+    assert len(sizes) == 250
+    constant = gm.AttackConfig(steps=10, lr=0.1).step_sizes(0.3)
+    assert constant == pytest.approx([0.03] * 10)  # this book's: 0.1 eps throughout
+    with pytest.raises(ValueError, match="step_rule"):
+        gm.AttackConfig(step_rule="geiping")
+    with pytest.raises(ValueError, match="eps"):
+        gm.AttackConfig().step_sizes(-1.0)
+
+
+def test_the_authors_rule_brews_inside_the_box(setting):
+    surrogate, x, y, xt, yt, (lo, hi) = setting
+    t, c = target_and_class(yt)
+    start = gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.3, (lo, hi),
+                    gm.AttackConfig(steps=1, restarts=1, step_rule="authors", lr=1e-9))
+    later = gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.3, (lo, hi),
+                    gm.AttackConfig(steps=8, restarts=1, step_rule="authors"))
+    for b in (start, later):
+        assert float(b.delta.abs().max()) <= 0.3 + 1e-6
+        assert (x[b.poison_index] + b.delta >= lo - 1e-6).all()
+    # the Gaussian start: |δ| below eps for most entries (not the uniform start's spread)
+    assert float((start.delta.abs() < 0.3 * 0.99).double().mean()) > 0.5
+    assert float(later.matching_loss[0]) < float(start.matching_loss[0])
+    with pytest.raises(ValueError, match="step_rule"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 5, 0.3, (lo, hi),
+                [gm.AttackConfig(steps=2), gm.AttackConfig(steps=2, step_rule="authors")])
+
+
+def test_a_joint_brew_matches_the_targets_mean_gradient(setting):
+    surrogate, x, y, xt, yt, (lo, hi) = setting
+    cls = int(yt[0])
+    targets = [i for i in range(len(yt)) if int(yt[i]) == cls][:2]
+    intended = (cls + 1) % 10
+    index = torch.arange(0, 40, 4)  # poisons from several classes, keeping their own labels
+    assert len(set(y[index].tolist())) > 1
+    weak = gm.brew_joint(surrogate, x, y, xt, targets, intended, index, 0.3, (lo, hi),
+                         gm.AttackConfig(steps=1, restarts=1, lr=1e-9), batch=5)
+    strong = gm.brew_joint(surrogate, x, y, xt, targets, intended, index, 0.3, (lo, hi),
+                           gm.AttackConfig(steps=10, restarts=2), batch=5)
+    assert strong["delta"].shape == (10, 64) and len(strong["restart_losses"]) == 2
+    assert float(strong["delta"].abs().max()) <= 0.3 + 1e-6
+    assert strong["matching_loss"] < weak["matching_loss"]
+    assert strong["matching_loss"] == pytest.approx(float(strong["restart_losses"].min()))
+    with pytest.raises(ValueError, match="must divide"):
+        gm.brew_joint(surrogate, x, y, xt, targets, intended, index, 0.3, (lo, hi), batch=3)
+    with pytest.raises(ValueError, match="distinct"):
+        gm.brew_joint(surrogate, x, y, xt, [0, 0], intended, index, 0.3, (lo, hi))
+    with pytest.raises(ValueError, match=r"lie in 0\.\.9"):
+        gm.brew_joint(surrogate, x, y, xt, targets, 10, index, 0.3, (lo, hi))
 
 
 def test_wilson_interval():

@@ -1,0 +1,188 @@
+"""A transfer-learning victim: a frozen feature extractor and a linear head retrained from scratch.
+
+The setting in which clean-label poisons are known to work best (Shafahi et al. 2018, "Poison
+frogs!"; Geiping et al. 2021, their transfer experiments): a network trained on *other* data
+(here: another part of the training set) is frozen, and only its last, linear layer is trained
+from scratch on the victim's (poisoned) training set,
+
+    f(x) = W φ(x) + b,   φ: ℝ^L → ℝ^F frozen,  W ∈ ℝ^{K×F}, b ∈ ℝ^K,                     (T.1)
+
+W and b trained with AdamW on the mean cross-entropy. The attack sees the victim as it sees any
+:class:`lib.gradient_matching.Victim`: its parameters are the head's (W, b), so the matched
+gradients are the head's gradients, and ℳ's gradient in the perturbation runs through φ.
+
+φ is a callable x (N, L) → (N, F), differentiable in x (e.g. :func:`mlp_features`, the hidden layer
+of a :mod:`lib.mlp_victim` network, or :func:`s4d_features`, the pooled output of a :mod:`lib.s4d`
+network before its decoder). As in the other victims, every head parameter has a leading axis of
+length R that indexes R independent runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lib import mlp_victim, s4d
+from lib._checks import _describe, as_callable, as_int, as_positive_float, as_seeds, as_tensor
+from lib.s4d import _as_labels, _per_run_cross_entropy
+from lib.s4d_ops import _check_result
+
+Params = dict[str, torch.Tensor]
+FEATURE_CHUNK = 8192  # sequences per call of φ when training (memory, not results)
+
+
+@dataclass(frozen=True)
+class HeadTrainConfig:
+    """AdamW on shuffled minibatches of the head (T.1), constant learning rate."""
+
+    epochs: int = 40
+    batch: int = 32
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        as_int(self.epochs, "epochs", minimum=1)
+        as_int(self.batch, "batch", minimum=1)
+        as_positive_float(self.lr, "lr")
+        as_positive_float(self.weight_decay, "weight_decay", allow_zero=True)
+
+
+def _one_run(params, name: str) -> Params:
+    if not isinstance(params, dict) or not params:
+        raise ValueError(f"{name} must be a parameter dict, got {_describe(params)}")
+    runs = {int(v.shape[0]) for v in params.values() if isinstance(v, torch.Tensor) and v.ndim}
+    if runs != {1}:
+        raise ValueError(f"{name} must hold exactly one run (the frozen extractor), got {runs}")
+    return {k: v.detach() for k, v in params.items()}
+
+
+def mlp_features(params: Params) -> Callable[[torch.Tensor], torch.Tensor]:
+    """φ(x) = relu(W₁ x + b₁), the hidden layer of a one-run :mod:`lib.mlp_victim` network
+    (float64)."""
+    params = _one_run(params, "params")
+    mlp_victim._check_params(params)
+    w1, b1 = params["w1"][0], params["b1"][0]
+
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w1.T + b1)
+
+    return phi
+
+
+def s4d_features(params: Params) -> Callable[[torch.Tensor], torch.Tensor]:
+    """φ(x), the pooled last-layer output of a one-run :mod:`lib.s4d` network (:func:`lib.s4d.
+    features`, its decoder's input), in the network's float32."""
+    params = _one_run(params, "params")
+    s4d._check_params(params)
+
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        return s4d._pooled(params, x.to(s4d.MODEL_DTYPE), "auto")[0].T.to(x.device)
+
+    return phi
+
+
+def _phi(features, x: torch.Tensor) -> torch.Tensor:
+    """φ on a batch of any leading shape (..., L) → (..., F)."""
+    flat = features(x.reshape(-1, x.shape[-1]))
+    return flat.reshape(*x.shape[:-1], flat.shape[-1])
+
+
+def victim(
+    features: Callable[[torch.Tensor], torch.Tensor],
+    feature_dim: int,
+    classes: int = 10,
+    train_config: HeadTrainConfig = HeadTrainConfig(),
+    *,
+    name: str = "transfer",
+    dtype: torch.dtype = torch.float64,
+):
+    """The victim (T.1) as a :class:`lib.gradient_matching.Victim`: head parameters ``w`` (R, K, F)
+    and ``b`` (R, K), PyTorch's fan-in uniform initialization U[−1/√F, 1/√F] from each run's seed,
+    trained from scratch with ``train_config``; ``features`` is φ (frozen), ``dtype`` the precision
+    φ computes in (float64 for :func:`mlp_features`, float32 for :func:`s4d_features`)."""
+    from lib.gradient_matching import Victim
+
+    as_callable(features, "features", "(x) -> phi(x)")
+    feature_dim = as_int(feature_dim, "feature_dim", minimum=1)
+    classes = as_int(classes, "classes", minimum=2)
+    if not isinstance(train_config, HeadTrainConfig):
+        raise ValueError(
+            f"train_config must be a HeadTrainConfig, got {type(train_config).__name__}"
+        )
+
+    def init(seeds) -> Params:
+        seeds = as_seeds(seeds)
+        bound = 1 / math.sqrt(feature_dim)
+        runs = []
+        for seed in seeds:
+            g = torch.Generator().manual_seed(seed)
+            w = (torch.rand(classes, feature_dim, generator=g, dtype=torch.float64) * 2 - 1) * bound
+            b = (torch.rand(classes, generator=g, dtype=torch.float64) * 2 - 1) * bound
+            runs.append((w, b))
+        return {
+            "w": torch.stack([w for w, _ in runs]).to(dtype),
+            "b": torch.stack([b for _, b in runs]).to(dtype),
+        }
+
+    def head(params: Params, phi: torch.Tensor) -> torch.Tensor:
+        if phi.ndim == 2:
+            phi = phi.expand(params["w"].shape[0], *phi.shape)
+        return torch.baddbmm(params["b"][:, None, :], phi, params["w"].transpose(1, 2))
+
+    def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
+        phi = _phi(features, x.to(dtype))
+        if phi.shape[-1] != feature_dim:
+            raise ValueError(f"features must return {feature_dim} values, got {phi.shape[-1]}")
+        return head(params, phi)
+
+    def train(x, labels, seeds) -> Params:
+        seeds = as_seeds(seeds)
+        x = as_tensor(x, "x", ndim=3, nonempty=True)
+        r, n = len(seeds), x.shape[1]
+        if x.shape[0] != r:
+            raise ValueError(f"x holds {x.shape[0]} data sets but seeds has {r} entries")
+        labels = _as_labels(labels, "labels", (r, n), classes)
+        with torch.no_grad():
+            flat = x.reshape(-1, x.shape[-1]).to(dtype)
+            phi = torch.cat(
+                [features(flat[i : i + FEATURE_CHUNK]) for i in range(0, len(flat), FEATURE_CHUNK)]
+            ).reshape(r, n, -1)
+        phi = _check_result(phi, "the frozen features")
+        params = {k: v.requires_grad_() for k, v in init(seeds).items()}
+        opt = torch.optim.AdamW(
+            list(params.values()), lr=train_config.lr, weight_decay=train_config.weight_decay
+        )
+        gens = [np.random.default_rng(s) for s in seeds]
+        rows = torch.arange(r)[:, None]
+        for _ in range(train_config.epochs):
+            perm = torch.from_numpy(np.stack([g.permutation(n) for g in gens]))
+            for j in range(0, n, train_config.batch):
+                idx = perm[:, j : j + train_config.batch]
+                loss = _per_run_cross_entropy(head(params, phi[rows, idx]), labels[rows, idx])
+                opt.zero_grad(set_to_none=True)
+                loss.sum().backward()
+                opt.step()
+        return {k: _check_result(v.detach(), f"the trained head's {k}") for k, v in params.items()}
+
+    return Victim(name=name, init=init, logits=logits, train=train, dtype=dtype)
+
+
+def accuracy(victim_, params: Params, x, labels) -> torch.Tensor:
+    """Fraction of correct predictions of each run of a victim, shape (R,), float64; ``x`` (n, L)
+    shared by all runs or (R, n, L)."""
+    x = as_tensor(x, "x")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"x must have shape (n, L) or (R, n, L), got {tuple(x.shape)}")
+    runs = int(next(iter(params.values())).shape[0])
+    if x.ndim == 2:
+        x = x.expand(runs, *x.shape)
+    with torch.no_grad():
+        pred = victim_._checked_logits(params, x.to(victim_.dtype)).argmax(-1)
+    if isinstance(labels, torch.Tensor) and labels.ndim == 1:
+        labels = labels.expand(runs, -1)
+    labels = _as_labels(labels, "labels", tuple(x.shape[:2]), None)
+    return (pred == labels).double().mean(-1)
