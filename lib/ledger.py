@@ -182,6 +182,8 @@ def _write(chapter: str, entries: dict) -> None:
 
 
 def _real(value, name: str) -> float:
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value[()]  # a 0-d array: its one number
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating)
     ):
@@ -448,18 +450,19 @@ def record(
 ) -> str:
     """Record one number of a paper that the chapter recomputes; return its status.
 
-    ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one
-    of :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
+    ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one of
+    :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
     number, or ``(low, high)`` for ``paper_stat="interval"``; ``paper_stat``: what the paper's
     number is (one of :data:`PAPER_STATS`, module docstring), with ``paper_n`` the runs behind a
-    mean, median, max or min; ``ours``: one number, or one number per seed; ``in_hypotheses``:
-    False when our run lies outside the hypotheses of the statement the paper's number
-    illustrates; ``tol``: the absolute tolerance of agreement (e.g. half a unit of the paper's
-    last printed digit), required exactly where the rule compares one value with one value
-    (``"exact"``, and one value of ours against a random number of the paper); ``section``: the
-    label of the chapter's section that computes it; ``setting``: how our setting differs from the
-    paper's, if it does; ``reason`` and ``explain`` (a label): why the numbers differ and where the
-    chapter shows it, given together; ``note``: any other remark for the table.
+    mean, median, max or min (required there; for an interval it is shown, not used); ``ours``: one
+    number, or one number per seed; ``in_hypotheses``: False when our run lies outside the
+    hypotheses of the statement the paper's number illustrates; ``tol``: the absolute tolerance of
+    agreement (e.g. half a unit of the paper's last printed digit), required exactly where the rule
+    compares one value with one value (``"exact"``, and one value of ours against a random number of
+    the paper); ``section``: the label of the chapter's section that computes it; ``setting``: how
+    our setting differs from the paper's, if it does; ``reason`` and ``explain`` (a label): why the
+    numbers differ and where the chapter shows it, given together; ``note``: any other remark for
+    the table.
 
     The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
     ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
