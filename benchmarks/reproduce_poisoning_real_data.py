@@ -1,5 +1,9 @@
 """The long runs behind the poisoning-real-data chapter (see benchmarks/reproduce.py).
 
+Tasks (:func:`tasks`): the preparation and three parts of the grid below, and the four settings
+of the positive control (further below: a frozen extractor with a retrained head, and a network
+retrained from scratch, for an MLP and for S4D, 32 targets each). The grid's parts:
+
 Three parts, in two single-threaded processes (C on one core, about 14 minutes of CPU; B and then
 the MLP line on the other, about 11):
 
@@ -32,6 +36,7 @@ import torch
 
 from lib import data, mlp_victim, s4d
 from lib import gradient_matching as gm
+from lib import transfer_victim as tv
 
 MODEL = s4d.S4DConfig(channels=16, state=8, layers=2)
 SURROGATE_SEED = 100
@@ -150,8 +155,9 @@ def run_cell(
     )
     index = regularized.poison_index
     deltas = {"regularized": regularized.delta, "unregularized": unregularized.delta}
+    # the grid's random control as committed: the regularized arm's l2 norm before projection
     deltas["random"] = gm.random_perturbations(
-        x[index], regularized.delta, eps, data_range, seed=seed + 1
+        x[index], regularized.delta, eps, data_range, seed=seed + 1, match="l2-before-projection"
     )
     match_random = gm.matching_loss(surrogate, xt, regularized, x, deltas["random"], victim=victim)
     all_index = torch.cat([index] * len(ARMS))
@@ -329,3 +335,259 @@ def run_all(
 def run() -> dict:
     """The entry point of benchmarks/reproduce.py."""
     return run_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The positive control and S4D, separated: two settings per family, the same data and attack.
+#
+# The training set is split once: every third image (index % 3 == 0) is the *pretraining* set, on
+# which the transfer setting's feature extractor is trained; the rest is the *victim's* set, the
+# clean training data of every victim below, and the pool the poisons are drawn from. In the
+# transfer setting the extractor is frozen and only a linear head is trained from scratch on the
+# victim's (poisoned) set (lib.transfer_victim); in the scratch setting the whole network is. The
+# same test images serve as targets. Arms: the attack with this book's step rule ("attack"), with
+# the authors' step rule ("authors"), and for each a random control of its own size ("random",
+# "random_authors": the l2 norm and l_inf bound of the arm's perturbation, per poison).
+
+CONTROL_DOSES = (1, 2, 3)  # multiples of the chapter's eps (2 gray levels)
+CONTROL_BUDGET = 40
+CONTROL_TARGETS = 32
+CONTROL_STEPS, CONTROL_RESTARTS = 250, 2
+CONTROL_EPS_GRAY = 2.0
+MLP_HIDDEN = 64
+EXTRACTOR_SEED = 200
+ATTACK_SEED = 1
+CONTROL_SETTINGS = {
+    # name: (family, setting, victim seeds, arms, doses)
+    "MLP transfer": ("MLP", "transfer", [0, 1], ("attack", "authors"), CONTROL_DOSES),
+    "MLP scratch": ("MLP", "scratch", [0, 1], ("attack", "authors"), CONTROL_DOSES),
+    "S4D transfer": ("S4D", "transfer", [0, 1], ("attack", "authors"), CONTROL_DOSES),
+    "S4D scratch": ("S4D", "scratch", [0], ("attack",), (1, 3)),
+}
+S4D_CONTROL_EPOCHS = 10  # the chapter's default training of S4D victims
+HEAD_TRAIN = tv.HeadTrainConfig(epochs=40, batch=32, lr=1e-2)
+MLP_CONTROL_TRAIN = mlp_victim.TrainConfig(epochs=30, batch=64, lr=1e-2)
+MLP_EXTRACTOR_TRAIN = mlp_victim.TrainConfig(epochs=60, batch=32, lr=1e-2)
+
+
+def split_for_transfer(x: torch.Tensor, y: torch.Tensor):
+    """(pretraining x, y), (victim's x, y): every third training image pretrains the extractor."""
+    pre = torch.arange(len(x)) % 3 == 0
+    return (x[pre], y[pre]), (x[~pre], y[~pre])
+
+
+def control_victim(family: str, setting: str, pretrain, extractor_seed: int):
+    """The victim family of one setting, and the extractor's held-out accuracy (transfer)."""
+    if family == "MLP":
+        config = mlp_victim.MLPConfig(hidden=MLP_HIDDEN)
+        if setting == "scratch":
+            return mlp_victim.victim(config, MLP_CONTROL_TRAIN), {}
+        ext = mlp_victim.train(config, *pretrain, [extractor_seed], MLP_EXTRACTOR_TRAIN)
+        phi, width, dtype = tv.mlp_features(ext), MLP_HIDDEN, torch.float64
+        ext_acc = mlp_victim.accuracy
+    elif family == "S4D":
+        tc = train_config(S4D_CONTROL_EPOCHS)
+        if setting == "scratch":
+            return gm.s4d_victim(MODEL, tc), {}
+        ext = s4d.train(MODEL, *pretrain, [extractor_seed], train_config(2 * S4D_CONTROL_EPOCHS))
+        phi, width, dtype = tv.s4d_features(ext), MODEL.channels, torch.float32
+        ext_acc = s4d.accuracy
+    else:
+        raise ValueError(f"family must be 'MLP' or 'S4D', got {family!r}")
+    v = tv.victim(phi, width, 10, HEAD_TRAIN, name=f"{family} head", dtype=dtype)
+    return v, {"extractor": ext_acc, "extractor_params": ext}
+
+
+def control_setting(
+    name: str,
+    *,
+    surrogate_seed: int,
+    extractor_seed: int,
+    target_seed: int,
+    attack_seed: int,
+    victim_seeds: list[int],
+) -> dict:
+    """One setting of the control: surrogate, targets, every (dose, arm)'s poisons, and victims
+    retrained from scratch on each (one batched call), with per-pair outcomes (target-major)."""
+    family, setting, _, arms, doses = CONTROL_SETTINGS[name]
+    start, cpu = time.perf_counter(), time.process_time()
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    pretrain, (x, y) = split_for_transfer(x_all, y_all)
+    gray = (data_range[1] - data_range[0]) / 16
+    victim, extra = control_victim(family, setting, pretrain, extractor_seed)
+    record: dict = {"family": family, "setting": setting, "n_victim_train": len(x)}
+    if extra:
+        ext = extra["extractor_params"]
+        record["extractor_held_out_accuracy"] = float(extra["extractor"](ext, xt, yt)[0])
+    surrogate = victim.train(x[None], y[None], [surrogate_seed])
+    clean = victim.train(x[None].expand(len(victim_seeds), -1, -1),
+                         y[None].expand(len(victim_seeds), -1), victim_seeds)
+    record["surrogate_held_out_accuracy"] = float(tv.accuracy(victim, surrogate, xt, yt)[0])
+    record["clean_train_accuracy"] = tv.accuracy(victim, clean, x, y).numpy()
+    record["clean_held_out_accuracy"] = tv.accuracy(victim, clean, xt, yt).numpy()
+    with torch.no_grad():
+        predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
+    targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
+    record.update(targets=targets, adversarial=adversarial)
+    pair_t = [t for t in targets for _ in victim_seeds]
+    pair_a = [a for a in adversarial for _ in victim_seeds]
+    clean_runs = {k: v[[victim_seeds.index(s) for _ in targets for s in victim_seeds]]
+                  for k, v in clean.items()}
+    record["clean"] = {k: v.astype(int) if v.dtype == bool else v for k, v in
+                       gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()}
+    deltas, index, cells = [], None, []
+    for dose in doses:
+        eps = dose * CONTROL_EPS_GRAY * gray
+        cell = {"dose": dose, "eps_gray": dose * CONTROL_EPS_GRAY, "arms": {}}
+        for arm in arms:
+            rule = "constant" if arm == "attack" else "authors"
+            config = gm.AttackConfig(steps=CONTROL_STEPS, restarts=CONTROL_RESTARTS,
+                                     step_rule=rule)
+            b = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, CONTROL_BUDGET, eps,
+                        data_range, config, seed=attack_seed, victim=victim)
+            index = b.poison_index  # the same images for every dose and arm (drawn from the seed)
+            rand = gm.random_perturbations(x[index], b.delta, eps, data_range,
+                                           seed=attack_seed + 1)
+            control = "random" if arm == "attack" else "random_authors"
+            for name_, delta in ((arm, b.delta), (control, rand)):
+                norms = torch.linalg.vector_norm(delta, dim=-1)
+                cell["arms"][name_] = {
+                    "l2_over_eps_median": float(norms.median() / eps),
+                    "linf_over_eps_median": float(delta.abs().amax(-1).median() / eps),
+                    "matching_loss": gm.matching_loss(surrogate, xt, b, x, delta, victim=victim),
+                }
+                deltas.append(delta)
+            cell["arms"][control]["size_ratio"] = gm.size_ratio(rand, b.delta)
+            cell["arms"][arm]["restart_losses"] = b.restart_losses
+        cells.append(cell)
+    order = [(i, a) for i, c in enumerate(cells) for a in c["arms"]]
+    all_index = torch.cat([index] * len(order))
+    params = gm.retrain(victim, x, y, all_index, torch.cat(deltas), victim_seeds)
+    n_pairs = len(pair_t)
+    out = gm.target_outcome(victim, params, xt, yt, pair_t * len(order), pair_a * len(order))
+    held_out = tv.accuracy(victim, params, xt, yt).numpy()
+    x_fit, y_fit = gm.poisoned_sets(x, y, all_index, torch.cat(deltas))
+    reps = len(victim_seeds)
+    fit = tv.accuracy(victim, params, x_fit.repeat_interleave(reps, 0),
+                      y_fit.repeat_interleave(reps, 0)).numpy()
+    for k, (i, arm) in enumerate(order):
+        part = slice(k * n_pairs, (k + 1) * n_pairs)
+        cells[i]["arms"][arm].update(
+            success=out["success"][part].astype(int),
+            correct=out["correct"][part].astype(int),
+            p_adv=out["p_adv"][part],
+            held_out_accuracy=held_out[part],
+            train_accuracy=fit[part],
+        )
+    record["cells"] = cells
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return {("control", name): record}
+
+
+def control_tasks() -> list:
+    """One task per setting, each with its own seeds (the same for every setting: the settings
+    differ only in the victim)."""
+    from tasks import Task
+
+    costs = {"MLP transfer": 120.0, "MLP scratch": 400.0, "S4D transfer": 300.0,
+             "S4D scratch": 900.0}
+    return [
+        Task(f"control {name}", control_setting,
+             {"name": name, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": CONTROL_SETTINGS[name][2]},
+             costs[name], (("control", name),))
+        for name in CONTROL_SETTINGS
+    ]
+
+
+def control_settings() -> dict:
+    return {
+        "doses_in_chapter_eps": list(CONTROL_DOSES),
+        "chapter_eps_gray": CONTROL_EPS_GRAY,
+        "budget": CONTROL_BUDGET,
+        "targets": CONTROL_TARGETS,
+        "attack": {"steps": CONTROL_STEPS, "restarts": CONTROL_RESTARTS,
+                   "constant_lr_in_eps": gm.AttackConfig().lr, "authors_tau": 0.1},
+        "mlp_hidden": MLP_HIDDEN,
+        "mlp_train": dataclasses.asdict(MLP_CONTROL_TRAIN),
+        "mlp_extractor_train": dataclasses.asdict(MLP_EXTRACTOR_TRAIN),
+        "head_train": dataclasses.asdict(HEAD_TRAIN),
+        "s4d_epochs": S4D_CONTROL_EPOCHS,
+        "s4d_extractor_epochs": 2 * S4D_CONTROL_EPOCHS,
+        "split": "pretraining: training images with index % 3 == 0; victim's set: the rest",
+        "settings": {k: {"family": f, "setting": st, "victim_seeds": sd, "arms": list(a),
+                         "doses": list(d)} for k, (f, st, sd, a, d) in CONTROL_SETTINGS.items()},
+        "extractor_seed": EXTRACTOR_SEED,
+        "attack_seed": ATTACK_SEED,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks (benchmarks/reproduce.py): each carries its own seeds.
+
+
+def prepare_task(seeds: list[int], surrogate_epochs: int) -> dict:
+    """The S4D surrogate and clean victims of parts C and B, as recorded."""
+    start = time.perf_counter()
+    torch.set_num_threads(1)
+    *_, record = prepare({"C": PART_C, "B": PART_B}, seeds, surrogate_epochs,
+                         max(n for p in (PART_C, PART_B) for _, _, n in p.cells))
+    record["prepare_seconds"] = time.perf_counter() - start
+    return {(k,): v for k, v in record.items()}
+
+
+PREPARE_KEYS = ("surrogate_train_accuracy", "surrogate_held_out_accuracy", "clean",
+                "prepare_seconds")
+
+
+def part_task(name: str, seeds: list[int], surrogate_epochs: int) -> dict:
+    """One part of the grid (C, B or MLP), with the shared preparation recomputed (it is seeded)."""
+    parts = {"C": PART_C, "B": PART_B, "MLP": PART_MLP}
+    s4d_parts = {"C": PART_C, "B": PART_B}
+    data_split, surrogate, clean, pool, _ = prepare(
+        s4d_parts, seeds, surrogate_epochs,
+        max(n for p in s4d_parts.values() for _, _, n in p.cells))
+    _, record = _part((name, parts[name], surrogate, clean, data_split, seeds, pool))
+    return {(name,): record}
+
+
+def tasks() -> list:
+    """The grid's preparation and three parts (as committed), and the control's four settings."""
+    from tasks import Task
+
+    seeds = list(VICTIM_SEEDS)
+    grid = [Task("prepare", prepare_task, {"seeds": seeds, "surrogate_epochs": SURROGATE_EPOCHS},
+                 300.0, tuple((k,) for k in PREPARE_KEYS))]
+    grid += [Task(f"part {name}", part_task,
+                  {"name": name, "seeds": seeds, "surrogate_epochs": SURROGATE_EPOCHS},
+                  cost, ((name,),))
+             for name, cost in (("C", 1200.0), ("B", 900.0), ("MLP", 120.0))]
+    return grid + control_tasks()
+
+
+def finish(results: dict) -> dict:
+    """The results with the settings of every part and of the control."""
+    parts = {"C": PART_C, "B": PART_B, "MLP": PART_MLP}
+    x, y, xt, _, data_range = data.digits_split()
+    settings = {
+        "model": dataclasses.asdict(MODEL),
+        "train": {"batch": 32, "lr": 3e-2, "weight_decay": s4d.TrainConfig().weight_decay,
+                  "schedule": "cosine", "optimizer": "AdamW", "dtype": "float32"},
+        "surrogate_epochs": SURROGATE_EPOCHS,
+        "surrogate_seed": SURROGATE_SEED,
+        "target_seed": TARGET_SEED,
+        "reg_factor": REG_FACTOR,
+        "row_length": ROW,
+        "n_train": len(x),
+        "n_test": len(xt),
+        "whole_class": whole_class(y),
+        "gray_level": (data_range[1] - data_range[0]) / 16,
+        "parts": {n: dataclasses.asdict(p) for n, p in parts.items()},
+        "threads_per_part": 1,
+        "control": control_settings(),
+    }
+    seeds = {"victims": list(VICTIM_SEEDS),
+             "control": {k: v[2] for k, v in CONTROL_SETTINGS.items()}}
+    return {"results": results, "settings": settings, "seeds": seeds}

@@ -77,3 +77,47 @@ def test_run_cell_rejects_a_budget_larger_than_the_class():
         rp.run_cell(
             surrogate, x, y, xt, yt, [0], [(int(yt[0]) + 1) % 10], 10_000, 0.1, rng, part, [0]
         )
+
+
+def test_the_tasks_carry_their_seeds_and_declare_their_paths():
+    tasks = rp.tasks()
+    keys = [t.key for t in tasks]
+    assert len(set(keys)) == len(keys)
+    control = [t for t in tasks if t.key.startswith("control ")]
+    assert {t.kwargs["name"] for t in control} == set(rp.CONTROL_SETTINGS)
+    for t in control:
+        assert {"surrogate_seed", "extractor_seed", "target_seed", "attack_seed",
+                "victim_seeds"} <= set(t.kwargs)
+        assert t.writes == (("control", t.kwargs["name"]),)
+    # the control is sized as the chapter states: 32 targets, the chapter's 40 poisons and eps
+    assert rp.CONTROL_TARGETS >= 32 and rp.CONTROL_BUDGET == 40 and rp.CONTROL_EPS_GRAY == 2.0
+    assert 1 in rp.CONTROL_DOSES
+
+
+def test_split_for_transfer_is_disjoint():
+    x, y, *_ = data.digits_split()
+    (xa, ya), (xb, yb) = rp.split_for_transfer(x, y)
+    assert len(xa) + len(xb) == len(x) and len(xa) == (len(x) + 2) // 3
+    assert torch.equal(xa, x[::3]) and torch.equal(ya, y[::3])
+
+
+def test_a_control_setting_on_a_tiny_size(monkeypatch):
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", 2)
+    monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1))
+    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
+    out = rp.control_setting("MLP transfer", surrogate_seed=100, extractor_seed=200,
+                             target_seed=0, attack_seed=1, victim_seeds=[0, 3])
+    record = out[("control", "MLP transfer")]
+    _plain(record)  # JSON-ready
+    assert record["setting"] == "transfer" and len(record["targets"]) == 2
+    assert [c["dose"] for c in record["cells"]] == list(rp.CONTROL_DOSES)
+    for cell in record["cells"]:
+        assert set(cell["arms"]) == {"attack", "random", "authors", "random_authors"}
+        for arm in ("random", "random_authors"):  # each control has its own arm's size
+            ratio = cell["arms"][arm]["size_ratio"]
+            assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+        for arm in cell["arms"].values():
+            assert len(arm["success"]) == 4 and set(np.unique(arm["success"])) <= {0, 1}
+    with pytest.raises(ValueError, match="family"):
+        rp.control_victim("CNN", "transfer", None, 0)
