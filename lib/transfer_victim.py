@@ -147,10 +147,12 @@ def victim(
             raise ValueError(f"x holds {x.shape[0]} data sets but seeds has {r} entries")
         labels = _as_labels(labels, "labels", (r, n), classes)
         with torch.no_grad():
-            flat = x.reshape(-1, x.shape[-1]).to(dtype)
+            # the runs' training sets share most sequences (the clean set): φ once per distinct one
+            flat, inverse = torch.unique(x.reshape(-1, x.shape[-1]), dim=0, return_inverse=True)
+            flat = flat.to(dtype)
             phi = torch.cat(
                 [features(flat[i : i + FEATURE_CHUNK]) for i in range(0, len(flat), FEATURE_CHUNK)]
-            ).reshape(r, n, -1)
+            )[inverse].reshape(r, n, -1)
         phi = _check_result(phi, "the frozen features")
         params = {k: v.requires_grad_() for k, v in init(seeds).items()}
         opt = torch.optim.AdamW(
