@@ -175,9 +175,10 @@ pdf: book
 
 # The course: book/assignments/*.md (tools/assignments.py, book/course.md). make student: the
 # student notebooks (otter-grader), with STUDENTS=<roster> one per student with their own
-# parameters. make grade: each submission in a bubblewrap sandbox (installed with apt-get when
-# missing and root), TIMEOUT (s) and MEMORY per submission, CELL_TIMEOUT (s) per cell, JOBS at
-# once; ASSIGNMENT= when the notebooks lack their metadata; UNSANDBOXED=1 only where no sandbox
+# parameters. make grade: each submission in a bubblewrap sandbox with a seccomp filter
+# (bubblewrap and python3-seccomp, libseccomp's bindings that compile the filter, are installed
+# with apt-get when missing and root), TIMEOUT (s) and MEMORY per sandbox, CELL_TIMEOUT (s) per
+# cell, JOBS at once; ASSIGNMENT= when the notebooks lack their metadata; UNSANDBOXED=1 only where no sandbox
 # can run. COURSE_SECRET (make student/grade COURSE_SECRET=...) draws the hidden tests' inputs and
 # the students' parameters; the tools read it from the environment, so it is never echoed here.
 TIMEOUT ?= 300

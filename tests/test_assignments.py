@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import time
@@ -72,8 +73,9 @@ WRONG = {
         "q1",
         "def gammas(a, b, c, x, y, weights):\n"
         "    kappa = x.shape[1]\n"
-        "    residual = weights * (y - lib.ssm_output(a, b, c, x))\n"
-        "    return 2 * (residual @ x[:, : kappa - 1].flip(-1))\n",
+        "    h = (c * b) @ (a[:, None] ** np.arange(kappa))\n"
+        "    residual = weights * (y - x @ h[::-1])\n"
+        "    return 2 * (residual @ x[:, : kappa - 1][:, ::-1])\n",
     ),
     "poisoning-theorem": (  # the start s0 forgotten: right from zero only
         "q2",
@@ -276,8 +278,8 @@ def test_misbehaving_submissions_are_contained(bundle, tmp_path):
     assert scores(grades["wrong-chapter.ipynb"], points) == zero
     assert "another assignment (ssm-basics)" in grades["wrong-chapter.ipynb"]["status"]
     progress = "\n".join(messages)
-    assert "never-ends.ipynb: 0 / " in progress and "timeout after 45 s" in progress
-    assert "not-a-notebook.ipynb: 0 / " in progress and "not a notebook" in progress
+    assert re.search(r"\] 0 / \S+ \(timeout after 45 s, \d+ s\): 'never-ends\.ipynb'", progress)
+    assert re.search(r"\] 0 / \S+ \(not a notebook.*\): 'not-a-notebook\.ipynb'", progress)
     assert "\x1b" not in progress
 
     feedback = tmp_path / "feedback"

@@ -32,8 +32,11 @@ The test language of a ``# GRADING`` cell (executed here, with NumPy as ``np``):
 ``call(name, *args, **kwargs)`` calls the notebook's function ``name``; ``value(name)`` reads its
 variable; ``tensor(x)`` hands an array to the notebook as a float64 (or int64) torch tensor;
 ``rtol``/``atol`` (defaults: :data:`RTOL`, :data:`ATOL`) or ``exact=True`` say how close to the
-reference's result the answer must be. ``forbid`` names functions that raise while the test's
-calls run (``"torch.autograd"`` for automatic differentiation).
+reference's result the answer must be. ``forbid`` names what the test's answer must be computed
+without: a test that forbids anything runs in a sandbox of its own in which the book's ``lib`` is
+absent (every name of it raises when called, tools/absent_package.py), and with
+``"torch.autograd"`` also ``torch`` and the packages that differentiate (:data:`AUTODIFF`). The
+shortcut is not blocked in the notebook's process, which could undo any block: it is not there.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ import json
 import math
 import os
 import re
+import reprlib
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -60,6 +65,15 @@ import sandbox  # noqa: E402  (tools/ is not a package)
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "book" / "assignments"
 HARNESS = Path(__file__).resolve().parent / "grading_harness.py"
+ABSENT_PACKAGE = Path(__file__).resolve().parent / "absent_package.py"
+# What a test that forbids automatic differentiation runs without: torch (and functorch), and
+# sympy, which differentiates symbolically (the book's lib goes too: it is built on torch).
+AUTODIFF = ("torch", "functorch", "sympy")
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")  # as in a roster
+# Bytes of one sandbox's result stream that are read (the largest record of any assignment,
+# saddle-to-saddle's, is 75 kB of JSON): a record cut at the cap is dropped as malformed.
+RESULT_CAP = 2**20
+DONE = b'{"done": true}\n'  # the harness's last record: the grader stops reading there
 
 # Default closeness of an answer to the reference: both compute the same closed form or run the
 # same recipe in float64, so they differ by rounding, a few ulps per operation: 1e-9 relative
@@ -119,6 +133,14 @@ class Test:
     @property
     def key(self) -> str:
         return f"{self.question}/{self.name}"
+
+    @property
+    def absent(self) -> tuple[str, ...]:
+        """The packages absent from the sandbox in which this test runs (see the module doc)."""
+        if not self.forbid:
+            return ()
+        autodiff = any(name.split(".")[0] in AUTODIFF for name in self.forbid)
+        return ("lib", *AUTODIFF) if autodiff else ("lib",)
 
 
 @dataclass
@@ -190,11 +212,18 @@ def encode(value):
     raise TypeError(f"a test input must be numbers, arrays or tensor(...), not {type(value)}")
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = 8
+_SHORT.maxlevel = 4
+_SHORT.maxstring = _SHORT.maxother = 40
+
+
 def _short(value) -> str:
+    """At most 80 characters of ``value`` (a list of millions of floats is not written out)."""
     if isinstance(value, _Tensor | np.ndarray):
         value = np.asarray(getattr(value, "array", value)).tolist()
     try:
-        text = repr(value)
+        text = _SHORT.repr(value)
     except RecursionError:  # a forged answer nested ~1000 deep
         text = "(nested too deep to show)"
     text = re.sub(r"\s+", " ", text)
@@ -409,20 +438,26 @@ def _test_record(record: dict) -> bool:
     )
 
 
-def _parse_results(stdout: bytes, run: Run) -> None:
+def _parse_results(stdout: bytes, run: Run, keys: set[tuple[int, str]] | None = None) -> None:
     """Read the result stream (see tools/grading_harness.py) into ``run``.
 
     The stream comes from the notebook's own process, so every line is checked: a line that is
     not JSON, nests too deep, or has the wrong shape is skipped, and a forged record can at
-    most claim answers, which are then compared with the reference's like any other.
+    most claim answers, which are then compared with the reference's like any other. One record
+    per test is taken, the first of the right shape, and only for the tests of this run's job
+    (``keys``): a record of a test that runs in another sandbox (one where the book's library is
+    absent) counts for nothing here. Nothing after ``done`` is read (the sandbox is ended there).
     """
-    for line in stdout.decode("utf-8", "replace").splitlines():
+    for raw in stdout.split(b"\n"):
         try:
-            record = json.loads(line)
+            record = json.loads(raw.decode("utf-8", "replace"))
         except (ValueError, RecursionError):
             continue
         if not isinstance(record, dict):
             continue
+        if record.get("done") is True:
+            run.finished = True
+            return
         if "cell" in record and "status" in record:
             if _integer(record["cell"]) and len(run.cells) < MAX_CELL_RECORDS:
                 status = "timeout" if record["status"] == "timeout" else "error"
@@ -430,15 +465,47 @@ def _parse_results(stdout: bytes, run: Run) -> None:
                 run.cells.append({"cell": record["cell"], "status": status, "error": error})
         elif _integer(record.get("running")) and not run.results:
             run.running = record["running"]
-        elif "key" in record and "values" in record:
-            if _test_record(record):
-                run.results[(record.get("variant", 0), record["key"])] = record
-        elif record.get("done") is True:
-            run.finished = True
+        elif "key" in record and "values" in record and _test_record(record):
+            key = (record.get("variant", 0), record["key"])
+            if (keys is None or key in keys) and key not in run.results:
+                run.results[key] = record
 
 
-def _mounts() -> list[tuple[Path, str]]:
-    """Read-only folders of a sandbox: Python, the venv, the book's ``lib``, the harness."""
+_STUBS: dict[str, Path] = {}
+
+
+def _stub(name: str) -> Path:
+    """A folder holding the package ``name`` as absent (tools/absent_package.py), to mount over
+    the real one; made once per grader process, readable by the sandboxes' uids."""
+    if "folder" not in _STUBS:
+        import atexit
+
+        folder = Path(tempfile.mkdtemp(prefix="absent-packages-"))
+        folder.chmod(0o755)
+        atexit.register(shutil.rmtree, folder, True)
+        _STUBS["folder"] = folder
+    target = _STUBS["folder"] / name
+    if not target.is_dir():
+        target.mkdir(mode=0o755)
+        (target / "__init__.py").write_text(ABSENT_PACKAGE.read_text(encoding="utf-8"))
+        (target / "__init__.py").chmod(0o644)
+    return target
+
+
+def _package_folders(name: str) -> list[Path]:
+    """Every copy of the package ``name`` a sandbox can see (the venv's, the base Python's, the
+    system's): where one is absent, all of them are covered."""
+    bases = [*sandbox.python_mounts(), Path("/usr/lib"), Path("/usr/local/lib")]
+    found = set()
+    for base in bases:
+        for pattern in (f"lib/python3*/*-packages/{name}", f"python3*/*-packages/{name}"):
+            found.update(p for p in base.glob(pattern) if p.is_dir())
+    return sorted(found)
+
+
+def _mounts(absent: tuple[str, ...] = ()) -> list[tuple[Path, str]]:
+    """Read-only folders of a sandbox: Python, the venv, the book's ``lib``, the harness; each
+    package of ``absent`` covered by a stand-in that holds none of its code."""
     import importlib.util
 
     spec = importlib.util.find_spec("lib")
@@ -446,13 +513,42 @@ def _mounts() -> list[tuple[Path, str]]:
         raise RuntimeError("the book's lib package is not installed in this environment")
     lib_dir = Path(list(spec.submodule_search_locations)[0])
     mounts = [(p, str(p)) for p in sandbox.python_mounts()]
-    mounts.append((lib_dir, str(lib_dir)))
+    mounts.append((_stub("lib") if "lib" in absent else lib_dir, str(lib_dir)))
+    for name in absent:
+        if name != "lib":
+            mounts += [(_stub(name), str(folder)) for folder in _package_folders(name)]
     mounts.append((HARNESS, "/grader/grading_harness.py"))
     return mounts
 
 
-def execute(cells, variants, settings: Settings) -> Run:
-    """Run code ``cells`` with the harness in a sandbox; ``variants`` as in the harness's job."""
+def levels(tests: list[tuple[Test, list[Probe]]]) -> list[tuple[str, ...]]:
+    """The distinct sets of absent packages of ``tests``: one sandbox each per notebook."""
+    return sorted({test.absent for test, _ in tests}, key=lambda a: (len(a), a))
+
+
+def execute_all(cells, variants_by_level: dict, settings: Settings) -> Run:
+    """Run ``cells`` once per level (set of absent packages) and merge what came back: each
+    test's record comes from the run of its own level only. The notebook's failed cells and
+    output are those of its first run (the others fail where they use what is absent)."""
+    merged = Run()
+    for number, (absent, variants) in enumerate(variants_by_level.items()):
+        run = execute(cells, variants, settings, absent)
+        merged.results.update(run.results)
+        merged.seconds += run.seconds
+        merged.notes += run.notes
+        if number == 0:
+            merged.cells, merged.running, merged.output = run.cells, run.running, run.output
+            merged.finished, merged.status = run.finished, run.status
+        elif run.status != "graded" and merged.status == "graded":
+            merged.status = f"{run.status} (the run without {', '.join(absent)})"
+        merged.finished = merged.finished and run.finished
+    return merged
+
+
+def execute(cells, variants, settings: Settings, absent: tuple[str, ...] = ()) -> Run:
+    """Run code ``cells`` with the harness in a sandbox; ``variants`` as in the harness's job;
+    ``absent``: packages the sandbox holds only as stand-ins (:func:`_mounts`)."""
+    keys = {(k, t["key"]) for k, variant in enumerate(variants) for t in variant["tests"]}
     job = json.dumps({"cells": cells, "cell_timeout": settings.cell_timeout, "variants": variants})
     # The notebook runs once per variant: the reference's one per student with parameters of
     # their own, in one sandbox, so its time grows with the class; a submission has one.
@@ -461,17 +557,21 @@ def execute(cells, variants, settings: Settings) -> Run:
         wall_seconds=seconds, cpu_seconds=int(math.ceil(seconds)), memory_bytes=settings.memory
     )
     argv = [str(Path(sys.executable).absolute()), "-I", "-B", "/grader/grading_harness.py"]
-    if settings.unsandboxed:
+    stream = {"stop_on": DONE, "stdout_cap": RESULT_CAP}
+    if settings.unsandboxed:  # no sandbox, so nothing can be made absent: see book/course.md
         argv[-1] = str(HARNESS)
-        result = sandbox.run_unsandboxed(argv, stdin=job.encode(), limits=limits)
+        result = sandbox.run_unsandboxed(argv, stdin=job.encode(), limits=limits, **stream)
     else:
-        result = sandbox.run(argv, stdin=job.encode(), mounts=_mounts(), limits=limits)
+        mounts = _mounts(absent)
+        result = sandbox.run(argv, stdin=job.encode(), mounts=mounts, limits=limits, **stream)
     run = Run(seconds=result.seconds, notes=result.notes)
-    _parse_results(result.stdout, run)
+    _parse_results(result.stdout, run, keys)
     run.output = readable(result.stderr.decode("utf-8", "replace"))
-    if result.timed_out:
+    if run.finished:  # it answered every test: what it does after that costs nothing
+        pass
+    elif result.timed_out:
         run.status = f"timeout after {seconds:g} s"
-    elif not run.finished:
+    else:
         run.status = f"stopped early (exit code {result.returncode})"
     return run
 
@@ -479,13 +579,15 @@ def execute(cells, variants, settings: Settings) -> Run:
 _REFERENCES: dict[str, Run] = {}
 
 
-def reference_run(cells, variants, settings: Settings) -> Run:
+def reference_run(cells, variants_by_level: dict, settings: Settings) -> Run:
     """The reference solution's run: sandboxed like a submission, remembered for this process
     (the same source, inputs and parameters give the same numbers)."""
-    key = json.dumps([cells, variants, settings.cell_timeout, HARNESS.read_text(encoding="utf-8")])
+    key = json.dumps(
+        [cells, list(variants_by_level.items()), settings.cell_timeout, HARNESS.read_text("utf-8")]
+    )
     key = hashlib.sha256(key.encode()).hexdigest()
     if key not in _REFERENCES:
-        run = execute(cells, variants, settings)
+        run = execute_all(cells, variants_by_level, settings)
         if not run.finished:
             return run
         _REFERENCES[key] = run
@@ -495,9 +597,18 @@ def reference_run(cells, variants, settings: Settings) -> Run:
 def _variant(assignment: Assignment, tests: list[tuple[Test, list[Probe]]], parameters) -> dict:
     return {
         "parameters": encode(parameters) if parameters is not None else None,
-        "tests": [
-            {"key": t.key, "forbid": t.forbid, "probes": [p.spec for p in ps]} for t, ps in tests
-        ],
+        "tests": [{"key": t.key, "probes": [p.spec for p in ps]} for t, ps in tests],
+    }
+
+
+def _by_level(assignment: Assignment, tests, parameter_sets: list) -> dict:
+    """``{absent packages: [variant, ...]}``: each level's job holds only its own tests."""
+    return {
+        absent: [
+            _variant(assignment, [(t, ps) for t, ps in tests if t.absent == absent], p)
+            for p in parameter_sets
+        ]
+        for absent in levels(tests)
     }
 
 
@@ -768,6 +879,42 @@ def _safe_name(name: str) -> str:
     return "'" + name if name.lstrip()[:1] in tuple(FORMULA_STARTS) else name
 
 
+def _terminal_name(name: str) -> str:
+    """A file name as the instructor's terminal shows it: ASCII only (any other character, a
+    look-alike of "/" or ":" included, is escaped), one line, at most 60 characters, quoted."""
+    text = re.sub(r"\s+", " ", name).strip()
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return ascii(text)
+
+
+def _terminal_text(text: str, limit: int = 100) -> str:
+    """A status for the terminal: one line, ASCII (other characters escaped), at most ``limit``."""
+    return one_line(text, limit).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _prepare(s: Submission, name: str, spec: Assignment, secret: str) -> dict | None:
+    """The submission's parameters, or None with ``s.problem`` set: whatever its metadata holds
+    (it is the student's text), the answer concerns this submission only."""
+    try:
+        if s.assignment is not None and s.assignment != name:
+            s.problem = f"a notebook of another assignment ({one_line(s.assignment, 60)})"
+            return None
+        if s.student is not None and not STUDENT_ID.match(s.student):
+            s.problem = "its metadata's student id is not an id (letters, digits and ._@- only)"
+            return None
+        return draw(spec.parameters, secret, name, s.student)
+    except Exception as error:  # a bug of ours met by a strange notebook: this row only
+        s.problem = f"could not be read ({one_line(f'{type(error).__name__}: {error}', 200)})"
+        return None
+
+
+def _run_safely(cells, variants_by_level, settings: Settings) -> Run:
+    try:
+        return execute_all(cells, variants_by_level, settings)
+    except Exception as error:  # the sandbox failed for this notebook only
+        return Run(status=f"could not be run ({one_line(f'{type(error).__name__}: {error}', 200)})")
+
+
 def grade_folder(
     folder: Path,
     *,
@@ -777,7 +924,12 @@ def grade_folder(
     echo=print,
     before=None,
 ) -> Path:
-    """Grade every ``*.ipynb`` in ``folder``; write ``folder/grades.csv`` and return its path."""
+    """Grade every ``*.ipynb`` in ``folder``; write ``folder/grades.csv`` and return its path.
+
+    Everything a submission holds (names, metadata, cells, what its sandbox writes) is hostile
+    text: a submission that cannot be read, run or judged gets a row of 0 with the reason, and
+    every other submission of the folder is graded; the terminal shows sanitized text only.
+    """
     settings = settings or Settings()
     folder = Path(folder)
     paths = sorted(p for p in folder.glob("*.ipynb"))
@@ -794,18 +946,15 @@ def grade_folder(
     tests = _tests_for(spec, settings.secret)
     if settings.secret == DEFAULT_SECRET:
         echo("note: no COURSE_SECRET given: the hidden tests' inputs are the public default ones")
-    for s in submissions:
-        if s.problem:
-            continue
-        if s.assignment is not None and s.assignment != name:
-            s.problem = f"a notebook of another assignment ({readable(s.assignment, 80)})"
     # Parameters: one reference variant per distinct set (a student's, or the defaults).
     parameter_sets: list[dict] = []
     student_variant: dict[str, int] = {}
     for s in submissions:
         if s.problem:
             continue
-        values = draw(spec.parameters, settings.secret, name, s.student)
+        values = _prepare(s, name, spec, settings.secret)
+        if s.problem:
+            continue
         if values not in parameter_sets:
             parameter_sets.append(values)
         student_variant[s.path.name] = parameter_sets.index(values)
@@ -818,27 +967,27 @@ def grade_folder(
     grades: dict[str, Grade] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
         reference_job = pool.submit(
-            reference_run,
-            spec.solution_cells,
-            [_variant(spec, tests, p) for p in parameter_sets],
-            settings,
+            reference_run, spec.solution_cells, _by_level(spec, tests, parameter_sets), settings
         )
         jobs = {}
         for s in submissions:
             if s.problem:
                 continue
             parameters = parameter_sets[student_variant[s.path.name]]
-            variant = _variant(spec, tests, parameters)
-            jobs[pool.submit(execute, s.cells(), [variant], settings)] = s
+            job = _by_level(spec, tests, [parameters])
+            jobs[pool.submit(_run_safely, s.cells(), job, settings)] = s
         reference = reference_job.result()
         check_reference(spec, tests, reference, len(parameter_sets))
         done = 0
         for s in submissions:  # files that could not be graded: a row each, with the reason
             if s.problem:
                 done += 1
-                grades[s.path.name] = Grade(s.path.name, status=s.problem)
+                grades[s.path.name] = Grade(
+                    s.path.name, student=_student_shown(s), status=one_line(s.problem, 200)
+                )
                 echo(
-                    f"[{done}/{len(paths)}] {_safe_name(s.path.name)}: 0 / {total:g} ({s.problem})"
+                    f"[{done}/{len(paths)}] 0 / {total:g} ({_terminal_text(s.problem)}): "
+                    f"{_terminal_name(s.path.name)}"
                 )
         for future in concurrent.futures.as_completed(jobs):
             s = jobs[future]
@@ -847,11 +996,17 @@ def grade_folder(
             done += 1
             got = sum(grade.scores.values())
             echo(
-                f"[{done}/{len(paths)}] {_safe_name(s.path.name)}: {got:g} / {total:g} "
-                f"({grade.status}, {grade.seconds:.0f} s)"
+                f"[{done}/{len(paths)}] {got:g} / {total:g} ({_terminal_text(grade.status)}, "
+                f"{grade.seconds:.0f} s): {_terminal_name(s.path.name)}"
             )
     # Every sandbox is gone: now, and only now, the grades are written.
-    labels = {s.path.name: cell_labels(s) for s in submissions if not s.problem}
+    labels = {}
+    for s in submissions:
+        if not s.problem:
+            try:
+                labels[s.path.name] = cell_labels(s)
+            except Exception:  # a strange notebook: its feedback goes without question names
+                labels[s.path.name] = {}
     _write_feedback(folder, spec, submissions, grades, labels)
     table = _write_grades(folder, spec, submissions, grades)
     _write_written(folder, spec, submissions, grades)
@@ -859,10 +1014,17 @@ def grade_folder(
     return table
 
 
+def _student_shown(s: Submission) -> str:
+    try:
+        return s.student or ""
+    except Exception:
+        return ""
+
+
 def _grade(spec: Assignment, tests, s: Submission, run: Run, reference: Run, variants) -> Grade:
     """One submission's grade from its run. Whatever the run holds, this returns: an error here
     is a row with its reason (0 points), never a folder left without grades."""
-    grade = Grade(s.path.name, student=s.student or "", run=run, status=run.status)
+    grade = Grade(s.path.name, student=_student_shown(s), run=run, status=one_line(run.status, 200))
     grade.seconds = run.seconds
     try:
         grade.verdicts = judge(spec, tests, run, reference, variants[s.path.name])
@@ -871,6 +1033,7 @@ def _grade(spec: Assignment, tests, s: Submission, run: Run, reference: Run, var
     except Exception as error:  # a bug of ours met by a strange notebook: this row only
         grade.verdicts, grade.scores = [], dict.fromkeys(spec.auto, 0.0)
         grade.status = f"could not be graded ({one_line(f'{type(error).__name__}: {error}', 200)})"
+    run.results = {}  # the answers are judged: keep no more of them than the verdicts
     return grade
 
 
@@ -889,7 +1052,7 @@ def _check_outputs(folder: Path) -> None:
 
 def _atomic_write(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, delete=False, encoding="utf-8", newline=""
+        "w", dir=path.parent, delete=False, encoding="utf-8", errors="replace", newline=""
     ) as f:
         f.write(text)
         temporary = Path(f.name)

@@ -25,6 +25,13 @@ gets, and what it does not:
   processes (older kernels: no process limit without root). Memory held outside the address
   space (in-memory files of ``memfd_create``, System V shared memory) is not limited: only a
   memory cgroup around the grader limits that (see book/course.md).
+- **System calls.** A seccomp filter (compiled with libseccomp's own Python bindings, Debian's
+  ``python3-seccomp``, and handed to ``bwrap --seccomp``) refuses what a notebook never needs and
+  the namespaces do not cover: ``socket(AF_VSOCK, ...)`` (a virtual machine's channel to its
+  host, outside any network namespace), ``io_uring``, the kernel keyring (``keyctl``,
+  ``add_key``, ``request_key``), ``ptrace`` and ``process_vm_readv``/``writev``, ``bpf``,
+  ``perf_event_open`` and ``userfaultfd``. Another architecture's system calls (the 32-bit ABI)
+  kill the process.
 - **A uid of its own.** When the grader runs as root, each concurrent sandbox runs as its own
   unprivileged uid (``setpriv``, util-linux), so that its process limit counts only its own
   processes. Where the Python installation lies under a folder that uid cannot enter (``/root``),
@@ -110,6 +117,82 @@ def bwrap_path(install: bool = True) -> str:
     )
 
 
+# The filter, compiled by libseccomp: its Python bindings are a C extension of the system's
+# Python (Debian's python3-seccomp), so it is compiled there, once, by a short script.
+SECCOMP_SCRIPT = r"""
+import errno, sys
+import seccomp
+
+refused = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+for name in sys.argv[2:]:
+    refused.add_rule(seccomp.ERRNO(errno.EPERM), name)
+AF_VSOCK = 40
+refused.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, AF_VSOCK))
+with open(sys.argv[1], "wb") as out:
+    refused.export_bpf(out)
+"""
+REFUSED_SYSCALLS = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+)
+
+
+def _seccomp_pythons() -> list[str]:
+    found = [sys.executable]
+    for candidate in ("/usr/bin/python3", shutil.which("python3")):
+        if candidate and candidate not in found and os.path.exists(candidate):
+            found.append(candidate)
+    return found
+
+
+def _compile_seccomp() -> bytes | None:
+    for python in _seccomp_pythons():
+        with tempfile.TemporaryDirectory(prefix="seccomp-") as scratch:
+            out = Path(scratch) / "filter.bpf"
+            done = subprocess.run(
+                [python, "-I", "-c", SECCOMP_SCRIPT, str(out), *REFUSED_SYSCALLS],
+                capture_output=True,
+                env=host_environment(),
+            )
+            if done.returncode == 0 and out.is_file() and out.stat().st_size > 0:
+                return out.read_bytes()
+    return None
+
+
+def seccomp_filter(install: bool = True) -> bytes:
+    """The compiled BPF program of the sandbox's system-call filter (installs Debian's
+    python3-seccomp with apt-get when missing and we are root); SandboxUnavailable if none."""
+    if "seccomp" in _FILTER:
+        return _FILTER["seccomp"]
+    program = _compile_seccomp()
+    if program is None and install and is_root() and shutil.which("apt-get"):
+        print("grade: no libseccomp bindings; installing Debian's python3-seccomp", flush=True)
+        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        steps = (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "python3-seccomp"])
+        for step in steps:
+            subprocess.run(step, check=False, env=quiet, stdout=subprocess.DEVNULL)
+        program = _compile_seccomp()
+    if program is None:
+        raise SandboxUnavailable(
+            "the sandbox's system-call filter is compiled with libseccomp's Python bindings, "
+            "which are missing: run `sudo apt-get install python3-seccomp` (Debian/Ubuntu) or "
+            "`sudo dnf install python3-libseccomp`"
+        )
+    _FILTER["seccomp"] = program
+    return program
+
+
+_FILTER: dict[str, bytes] = {}
 _CHECKED: dict[str, str] = {}
 
 
@@ -118,12 +201,15 @@ def check(install: bool = True) -> str:
     if "bwrap" in _CHECKED:
         return _CHECKED["bwrap"]
     bwrap = bwrap_path(install)
-    probe = subprocess.run(
-        [bwrap, "--unshare-all", *_system_mounts(), "--", "true"],
-        capture_output=True,
-        text=True,
-        env=host_environment(),
-    )
+    program = seccomp_filter(install)
+    with _filter_fd(program) as fd:
+        probe = subprocess.run(
+            [bwrap, "--unshare-all", "--seccomp", str(fd), *_system_mounts(), "--", "true"],
+            capture_output=True,
+            text=True,
+            env=host_environment(),
+            pass_fds=(fd,),
+        )
     if probe.returncode != 0:
         raise SandboxUnavailable(
             "bubblewrap cannot create a sandbox on this machine (user namespaces disabled?): "
@@ -131,6 +217,18 @@ def check(install: bool = True) -> str:
         )
     _CHECKED["bwrap"] = bwrap
     return bwrap
+
+
+@contextlib.contextmanager
+def _filter_fd(program: bytes):
+    """A file descriptor holding ``program`` from its start (one per sandbox: bwrap reads it)."""
+    fd = os.memfd_create("seccomp", 0)
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def missing() -> str | None:
@@ -201,10 +299,13 @@ def host_environment() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
-def _wait_unreaped(pid: int, seconds: float) -> bool:
-    """Wait up to ``seconds`` for the child ``pid`` to end, without reaping it; True if it did."""
+def _wait_unreaped(pid: int, seconds: float, stopped=None) -> bool:
+    """Wait up to ``seconds`` for the child ``pid`` to end (or ``stopped`` to be set), without
+    reaping it; True if it did."""
     deadline = time.monotonic() + seconds
     while True:
+        if stopped is not None and stopped.is_set():
+            return True
         try:
             if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
                 return True
@@ -223,15 +324,20 @@ def _kill(process: subprocess.Popen) -> None:
     process.kill()
 
 
-def _reader(stream, cap: int, into: bytearray) -> None:
-    """Read ``stream`` to its end, keeping the first ``cap`` bytes (the rest is discarded)."""
+def _reader(stream, cap: int, into: bytearray, stop_on=None, stopped=None) -> None:
+    """Read ``stream`` to its end, keeping the first ``cap`` bytes (the rest is discarded); set
+    ``stopped`` once the kept bytes hold ``stop_on``, and stop reading there."""
     while True:
-        chunk = stream.read(65536)
+        chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
         if not chunk:
             return
         room = cap - len(into)
         if room > 0:
+            start = max(0, len(into) - len(stop_on or b""))
             into += chunk[:room]
+            if stop_on and stop_on in into[start:]:
+                stopped.set()
+                return
 
 
 def _writer(stream, data: bytes) -> None:
@@ -242,18 +348,28 @@ def _writer(stream, data: bytes) -> None:
         pass
 
 
-def _communicate(process: subprocess.Popen, stdin: bytes, wall_seconds: float) -> Result:
-    """Feed ``stdin``, collect capped stdout and stderr, kill the process group at the deadline."""
+def _communicate(
+    process: subprocess.Popen,
+    stdin: bytes,
+    wall_seconds: float,
+    stop_on: bytes | None = None,
+    stdout_cap: int = STDOUT_CAP,
+) -> Result:
+    """Feed ``stdin``, collect capped stdout and stderr, kill the process group at the deadline
+    (or once stdout holds ``stop_on``)."""
     start = time.monotonic()
     out, err = bytearray(), bytearray()
+    stopped = threading.Event()
     threads = [
-        threading.Thread(target=_reader, args=(process.stdout, STDOUT_CAP, out), daemon=True),
+        threading.Thread(
+            target=_reader, args=(process.stdout, stdout_cap, out, stop_on, stopped), daemon=True
+        ),
         threading.Thread(target=_reader, args=(process.stderr, STDERR_CAP, err), daemon=True),
         threading.Thread(target=_writer, args=(process.stdin, stdin), daemon=True),
     ]
     for thread in threads:
         thread.start()
-    timed_out = not _wait_unreaped(process.pid, wall_seconds)
+    timed_out = not _wait_unreaped(process.pid, wall_seconds, stopped)
     # The process has ended (or is late) but is not reaped yet, so its id, which is also its
     # group's, cannot have been given to another process: killing the group hits only ours.
     _kill(process)
@@ -285,11 +401,14 @@ def command(
     uid: int | None = None,
     env: dict[str, str] | None = None,
     staging: Path | None = None,
+    seccomp_fd: int | None = None,
 ) -> tuple[list[str], int | None]:
     """The full command line of a sandbox running ``argv``, and the uid it runs as (or None).
 
-    ``mounts`` are (host path, sandbox path) pairs, bound read-only; ``uid`` is the uid to run
-    as (None: ours).
+    ``mounts`` are (host path, sandbox path) pairs, bound read-only, in order (a later one may
+    cover a folder of an earlier one); ``uid`` is the uid to run as (None: ours);
+    ``seccomp_fd`` a descriptor holding the system-call filter (:func:`seccomp_filter`), which
+    the command's process must inherit.
     """
     bwrap = check()
     staged: list[tuple[str, str]] = []
@@ -327,6 +446,8 @@ def command(
         "--die-with-parent",
         "--new-session",
     ]
+    if seccomp_fd is not None:
+        sandbox += ["--seccomp", str(seccomp_fd)]
     sandbox += ["--clearenv", "--hostname", "sandbox"]
     for key, value in environment.items():
         sandbox += ["--setenv", key, value]
@@ -371,14 +492,18 @@ def run(
     mounts: list[tuple[Path, str]],
     limits: Limits,
     env: dict[str, str] | None = None,
+    stop_on: bytes | None = None,
+    stdout_cap: int = STDOUT_CAP,
 ) -> Result:
     """Run ``argv`` in a fresh sandbox, feed it ``stdin``, and return what it wrote.
 
     Whatever happens, when this returns the sandbox's processes are gone (the PID namespace dies
-    with ``bwrap``, which is killed after ``limits.wall_seconds``) and its temporary files with it.
+    with ``bwrap``, which is killed after ``limits.wall_seconds``, or as soon as its stdout holds
+    ``stop_on``) and its temporary files with it. At most ``stdout_cap`` bytes of stdout are kept.
     """
-    with _lease() as (uid, staging):
-        line, uid = command(argv, mounts, limits, uid=uid, env=env, staging=staging)
+    program = seccomp_filter()
+    with _lease() as (uid, staging), _filter_fd(program) as fd:
+        line, uid = command(argv, mounts, limits, uid=uid, env=env, staging=staging, seccomp_fd=fd)
         process = subprocess.Popen(
             line,
             env=host_environment(),
@@ -386,8 +511,9 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=(fd,),
         )
-        result = _communicate(process, stdin, limits.wall_seconds)
+        result = _communicate(process, stdin, limits.wall_seconds, stop_on, stdout_cap)
         if uid is not None:
             _reap(uid, result)
     return result
@@ -478,7 +604,14 @@ def _reap(uid: int, result: Result) -> None:
         result.notes.append(f"killed {len(survivors)} process(es) that outlived the sandbox")
 
 
-def run_unsandboxed(argv: list[str], *, stdin: bytes, limits: Limits) -> Result:
+def run_unsandboxed(
+    argv: list[str],
+    *,
+    stdin: bytes,
+    limits: Limits,
+    stop_on: bytes | None = None,
+    stdout_cap: int = STDOUT_CAP,
+) -> Result:
     """The same without any isolation (only the limits): for ``--unsandboxed`` grading only."""
     with tempfile.TemporaryDirectory(prefix="unsandboxed-") as scratch:
         rlimits = ["prlimit", f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}", "--"]
@@ -493,4 +626,4 @@ def run_unsandboxed(argv: list[str], *, stdin: bytes, limits: Limits) -> Result:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        return _communicate(process, stdin, limits.wall_seconds)
+        return _communicate(process, stdin, limits.wall_seconds, stop_on, stdout_cap)
