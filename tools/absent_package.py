@@ -1,7 +1,7 @@
 """Stands in for a package that is absent from a sandbox (tools/grading.py mounts it over the
 package's folder): ``lib`` while a question's hidden tests must be answered without the book's
 library, and ``torch`` (and the other packages that differentiate) while they must be answered
-without automatic differentiation.
+without automatic differentiation or symbolic and numerical differentiation packages.
 
 The real package's files are not in the sandbox at all, so nothing a notebook does can reach its
 code. Importing works (``import torch``, ``from lib.ssm import impulse_response``), so that a
@@ -13,7 +13,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-_TOP = __name__.split(".")[0]
+_TOP = __name__  # the absent package: "torch", or a subpackage such as "scipy.differentiate"
 _MESSAGE = (
     "{name} is absent while this question's hidden tests run: the question asks for an answer "
     "computed without {top}"

@@ -66,9 +66,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "book" / "assignments"
 HARNESS = Path(__file__).resolve().parent / "grading_harness.py"
 ABSENT_PACKAGE = Path(__file__).resolve().parent / "absent_package.py"
-# What a test that forbids automatic differentiation runs without: torch (and functorch), and
-# sympy, which differentiates symbolically (the book's lib goes too: it is built on torch).
-AUTODIFF = ("torch", "functorch", "sympy")
+# What a test that forbids automatic differentiation runs without: torch (and functorch), sympy
+# (symbolic derivatives), mpmath and scipy.differentiate (numerical derivatives to any precision);
+# the book's lib goes too (it is built on torch).
+AUTODIFF = ("torch", "functorch", "sympy", "mpmath", "scipy.differentiate")
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")  # as in a roster
 # Bytes of one sandbox's result stream that are read (the largest record of any assignment,
 # saddle-to-saddle's, is 75 kB of JSON): a record cut at the cap is dropped as malformed.
@@ -497,8 +498,9 @@ def _package_folders(name: str) -> list[Path]:
     system's): where one is absent, all of them are covered."""
     bases = [*sandbox.python_mounts(), Path("/usr/lib"), Path("/usr/local/lib")]
     found = set()
+    relative = name.replace(".", "/")
     for base in bases:
-        for pattern in (f"lib/python3*/*-packages/{name}", f"python3*/*-packages/{name}"):
+        for pattern in (f"lib/python3*/*-packages/{relative}", f"python3*/*-packages/{relative}"):
             found.update(p for p in base.glob(pattern) if p.is_dir())
     return sorted(found)
 
