@@ -54,6 +54,7 @@ import reprlib
 import shutil
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -473,24 +474,26 @@ def _parse_results(stdout: bytes, run: Run, keys: set[tuple[int, str]] | None = 
 
 
 _STUBS: dict[str, Path] = {}
+_STUBS_LOCK = threading.Lock()
 
 
 def _stub(name: str) -> Path:
     """A folder holding the package ``name`` as absent (tools/absent_package.py), to mount over
     the real one; made once per grader process, readable by the sandboxes' uids."""
-    if "folder" not in _STUBS:
-        import atexit
+    with _STUBS_LOCK:  # the sandboxes of a folder start from several threads
+        if "folder" not in _STUBS:
+            import atexit
 
-        folder = Path(tempfile.mkdtemp(prefix="absent-packages-"))
-        folder.chmod(0o755)
-        atexit.register(shutil.rmtree, folder, True)
-        _STUBS["folder"] = folder
-    target = _STUBS["folder"] / name
-    if not target.is_dir():
-        target.mkdir(mode=0o755)
-        (target / "__init__.py").write_text(ABSENT_PACKAGE.read_text(encoding="utf-8"))
-        (target / "__init__.py").chmod(0o644)
-    return target
+            folder = Path(tempfile.mkdtemp(prefix="absent-packages-"))
+            folder.chmod(0o755)
+            atexit.register(shutil.rmtree, folder, True)
+            _STUBS["folder"] = folder
+        target = _STUBS["folder"] / name
+        if not target.is_dir():
+            target.mkdir(mode=0o755)
+            (target / "__init__.py").write_text(ABSENT_PACKAGE.read_text(encoding="utf-8"))
+            (target / "__init__.py").chmod(0o644)
+        return target
 
 
 def _package_folders(name: str) -> list[Path]:

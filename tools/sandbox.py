@@ -512,6 +512,7 @@ def run(
             stderr=subprocess.PIPE,
             start_new_session=True,
             pass_fds=(fd,),
+            cwd="/",  # the launchers' PWD, which bwrap's first process shows in /proc/1/environ
         )
         result = _communicate(process, stdin, limits.wall_seconds, stop_on, stdout_cap)
         if uid is not None:
