@@ -178,8 +178,8 @@ pdf: book
 # parameters. make grade: each submission in a bubblewrap sandbox with a seccomp filter
 # (bubblewrap and python3-seccomp, libseccomp's bindings that compile the filter, are installed
 # with apt-get when missing and root), TIMEOUT (s) and MEMORY per sandbox, CELL_TIMEOUT (s) per
-# cell, JOBS at once; ASSIGNMENT= when the notebooks lack their metadata; UNSANDBOXED=1 only where no sandbox
-# can run. COURSE_SECRET (make student/grade COURSE_SECRET=...) draws the hidden tests' inputs and
+# cell, JOBS at once; ASSIGNMENT= when the notebooks lack their metadata; UNSANDBOXED=1 only
+# where no sandbox can run. COURSE_SECRET (make student/grade COURSE_SECRET=...) draws the hidden tests' inputs and
 # the students' parameters; the tools read it from the environment, so it is never echoed here.
 TIMEOUT ?= 300
 CELL_TIMEOUT ?= 60

@@ -1,0 +1,104 @@
+"""Cases of :mod:`lib.transfer_victim` and of the newer functions of :mod:`lib.gradient_matching`
+and :mod:`lib.s4d` (``AttackConfig.step_sizes``, ``brew_joint``, ``size_ratio``, ``features``) for
+the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
+
+The tiny networks and toy data are those of ``tests/api_cases_s4d_viz.py``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+from api_cases import Arg, Case
+from api_cases_s4d_viz import (
+    LENGTH,
+    MLP_TINY,
+    S4D_TINY,
+    _mlp_params,
+    _s4d_params,
+    _toy_data,
+)
+
+from lib import gradient_matching as gm
+from lib import s4d
+from lib import transfer_victim as tv
+
+DT = torch.float64
+P = Arg
+
+RECORDS = {}
+
+
+@cache
+def _s4d_params_float32():
+    """The tiny S4D network in its own float32 (s4d_features computes in the network's dtype)."""
+    return s4d.init_params(S4D_TINY, [0])
+
+
+@cache
+def _victim():
+    return tv.victim(tv.mlp_features(_mlp_params()), MLP_TINY.hidden, MLP_TINY.classes,
+                     tv.HeadTrainConfig(epochs=1, batch=4))
+
+
+@cache
+def _head():
+    x, y, _, _ = _toy_data()
+    return _victim().train(x[None], y[None], [0])
+
+
+def _train_with(features, feature_dim, classes=3):
+    """A transfer victim on ``features``, trained one epoch: the closure is called."""
+    x, y, _, _ = _toy_data()
+    victim = tv.victim(features, feature_dim, classes, tv.HeadTrainConfig(epochs=1, batch=4))
+    return victim.train(x[None], y[None], [0])
+
+
+def _features_of(factory):
+    def call(params):
+        x, _, _, _ = _toy_data()
+        return factory(params)(x[:3])
+
+    return call
+
+
+def cases() -> list[Case]:
+    x, y, xt, yt = _toy_data()
+    delta = torch.linspace(-0.1, 0.1, 2 * LENGTH, dtype=DT).reshape(2, LENGTH)
+    like = torch.linspace(0.05, 0.2, 2 * LENGTH, dtype=DT).reshape(2, LENGTH)
+    authors = gm.AttackConfig(steps=8, restarts=1, step_rule="authors")
+    return [
+        Case("gradient_matching.AttackConfig.step_sizes", authors.step_sizes,
+             [P("eps", 0.1, "float")]),
+        Case("gradient_matching.size_ratio", gm.size_ratio,
+             [P("delta", delta, "tensor"), P("like", like, "tensor")]),
+        Case(
+            "gradient_matching.brew_joint",
+            lambda surrogate, x_train, targets, intended, poison_index, eps: gm.brew_joint(
+                surrogate, x_train, y, xt, targets, intended, poison_index, eps, (-1.0, 1.0),
+                gm.AttackConfig(steps=1, restarts=1)),
+            [P("surrogate", _s4d_params(), "params"), P("x_train", x, "tensor"),
+             P("targets", [0, 1], "seq"), P("intended", 2, "int"),
+             P("poison_index", [1, 2], "seq"), P("eps", 0.1, "float")],
+            examples=5,
+        ),
+        Case("s4d.features", s4d.features,
+             [P("params", _s4d_params(), "params"),
+              P("x", x[:3], "tensor"),
+              P("method", "auto", "choice", True)]),
+        Case("transfer_victim.HeadTrainConfig", tv.HeadTrainConfig,
+             [P("epochs", 1, "int", True), P("batch", 4, "int", True),
+              P("lr", 1e-2, "float", True), P("weight_decay", 0.0, "float", True)]),
+        Case("transfer_victim.mlp_features", _features_of(tv.mlp_features),
+             [P("params", _mlp_params(), "params")]),
+        Case("transfer_victim.s4d_features", _features_of(tv.s4d_features),
+             [P("params", _s4d_params_float32(), "params")]),
+        Case("transfer_victim.victim", _train_with,
+             [P("features", tv.mlp_features(_mlp_params()), "callable"),
+              P("feature_dim", MLP_TINY.hidden, "int"), P("classes", 3, "int", True)],
+             examples=5),
+        Case("transfer_victim.accuracy",
+             lambda x, labels: tv.accuracy(_victim(), _head(), x, labels),
+             [P("x", xt, "tensor"), P("labels", yt, "tensor")]),
+    ]
