@@ -4,12 +4,15 @@ Each public callable of ``lib`` (the cases of ``tests/api_cases.py`` and ``tests
 one small valid call per function) is called once per argument and bad input of that argument's
 kind — a wrong shape, an empty tensor, nan, inf, a negative or zero value, 1e300,
 float32/int/complex/bool, a list, None, a string, mismatched lengths, out-of-range integers (10¹²,
-2⁶⁴) — and the outcome is classified (``api_cases.classify``):
+2⁶⁴), a tensor that requires grad, an int64 tensor (its float64 equal's answer expected), constant
+data, one 1e300 entry, an unknown device, a malformed file (its error must name it), a closure whose
+answer is spoiled (float32, complex, a string, None, nan, 1e300, detached, int64, a 2-D view, a
+missing key, one value for a pair) — and the outcome is classified (``api_cases.classify``):
 
     clear ValueError from lib | accepted, answer correct | accepted (a legitimate value, finite) |
     a run as long as asked (10¹² steps) | another exception | a ValueError from numpy/torch |
     MemoryError/OverflowError | silent nan/inf (ordinary / 1e300-sized inputs) |
-    silent wrong answer | hang (> 20 s)
+    silent wrong answer | hang (> 20 s) | a malformed file's error that does not name the file
 
 The rule: a ValueError from lib, or a correct answer. The acceptance bar: fewer than 2 % of cases
 outside the rule, no silent wrong answer, no hang.
@@ -43,7 +46,8 @@ ROWS = [
     ("accepted", "accepted, a legitimate value, finite answer (no oracle)"),
     ("long-run", "absurd size (10¹² steps): still running at the limit, as asked"),
     ("diverged", "a training run that overflowed, flagged info['diverged']"),
-    ("overflow-passed", "a loss/gradient closure's overflow at 1e300 parameters, for the engines"),
+    ("overflow-passed", "a loss/gradient closure's overflow (1e300 parameters, a nan/1e300 "
+     "answer of a closure it calls), passed on for the engines to flag"),
     ("other-error", "another exception from deep inside"),
     ("foreign-error", "a ValueError from numpy/torch"),
     ("overflow", "MemoryError/OverflowError on an absurd size"),
@@ -51,6 +55,7 @@ ROWS = [
     ("nan-big", "silent nan/inf from 1e300-sized inputs"),
     ("wrong", "silent wrong answer"),
     ("hang", "hang (> 20 s)"),
+    ("unnamed-file", "a malformed file's ValueError that does not name the file"),
 ]
 OUTSIDE = set(api_cases.OUTSIDE_RULE)
 SHORT = {
@@ -77,6 +82,10 @@ def valid_call_problem(case) -> tuple[str, str] | None:
     return None if api_cases.finite(answer) else ("nan", "non-finite valid answer")
 
 
+CLASS_CASES: dict[str, set] = {}
+CLASS_COUNTS: dict[str, Counter] = {}
+
+
 def run(cases) -> tuple[dict, list, Counter]:
     """Every bad input of every case: counts per module, the rows outside the rule, by kind."""
     counts: dict[str, Counter] = {}
@@ -93,6 +102,10 @@ def run(cases) -> tuple[dict, list, Counter]:
             for label, value, cls in api_cases.mutations(arg):
                 outcome, detail = api_cases.classify(case, arg.name, value, cls)
                 mine[outcome] += 1
+                name = api_cases.input_class(label, arg.kind)
+                if name is not None:
+                    CLASS_CASES.setdefault(name, set()).add(case.name)
+                    CLASS_COUNTS.setdefault(name, Counter())[outcome] += 1
                 if outcome in OUTSIDE:
                     by_kind[arg.kind] += 1
                     outside.append((case.name, arg.name, label, outcome, detail))
@@ -117,6 +130,14 @@ def print_tables(counts: dict, by_kind: Counter) -> tuple[Counter, int]:
         print(f"| {module} | {sum(row.values())} | {out} | {cells} |")
     print()
     print("Outside the rule, by argument kind:", dict(by_kind.most_common()) or "none")
+    print()
+    print("The input classes of the issue (api_cases.INPUT_CLASSES):")
+    print("| class | cases reached | bad inputs | outside the rule |")
+    print("|---|---|---|---|")
+    for name in api_cases.INPUT_CLASSES:
+        row = CLASS_COUNTS.get(name, Counter())
+        out = sum(row.get(k, 0) for k in OUTSIDE)
+        print(f"| {name} | {len(CLASS_CASES.get(name, ()))} | {sum(row.values())} | {out} |")
     return total, sum(total.get(k, 0) for k in OUTSIDE)
 
 

@@ -140,6 +140,7 @@ def as_tensor(
     min_ndim: int | None = None,
     shape: tuple | None = None,
     nonempty: bool = False,
+    detach: bool = False,
 ) -> torch.Tensor:
     """Return ``value`` as a finite float64 tensor, or raise a ``ValueError``.
 
@@ -147,6 +148,10 @@ def as_tensor(
     still reaches them); Python numbers, (nested) lists, integer tensors and float64 or integer
     numpy arrays are converted; float32 and other floating dtypes, complex and bool are rejected.
     ``shape`` may hold ``None`` for a free dimension; ``nonempty`` rejects tensors without entries.
+    ``detach`` returns the tensor cut from autograd: a function whose answer is not
+    differentiable (it computes in numpy, or trains from the value as a starting point) passes
+    it, so that a tensor with ``requires_grad`` is used for its values instead of failing deep
+    inside (numpy's "Can't call numpy() on Tensor that requires grad").
     """
     if isinstance(value, torch.Tensor):
         if value.dtype in _TORCH_INTEGER:
@@ -199,7 +204,15 @@ def as_tensor(
         raise ValueError(f"{name} must not be empty, got shape {tuple(tensor.shape)}")
     if not _all_finite(tensor):
         raise ValueError(f"{name} must be finite, got non-finite entries (nan or inf)")
-    return tensor
+    return tensor.detach() if detach else tensor
+
+
+def as_array(value, name: str, **options) -> np.ndarray:
+    """:func:`as_tensor` (same options), detached, as a float64 numpy array sharing its memory.
+
+    The converter for functions that compute in numpy: a tensor with ``requires_grad`` gives its
+    values (numpy cannot hold a graph), an integer one is converted, float32 is rejected."""
+    return as_tensor(value, name, detach=True, **options).numpy()
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:
@@ -234,6 +247,110 @@ def check_params(params, name: str = "params") -> dict[str, torch.Tensor]:
             raise ValueError(f"{name}[{key!r}] must be a torch tensor, got {type(value).__name__}")
         out[key] = as_tensor(value, f"{name}[{key!r}]").detach().clone()
     return out
+
+
+def check_closure_params(
+    params, name: str, shapes: Mapping[str, tuple], *, what: str = "the closure",
+    finite: bool = True,
+) -> dict[str, torch.Tensor]:
+    """The parameter dict a closure returned by lib receives, checked against what it expects.
+
+    ``shapes`` maps each expected name to its shape (``None`` for a free dimension). Exactly these
+    keys; every value a float64 tensor (integers converted, float32, complex and other objects
+    rejected: the policy of :func:`as_tensor`), finite unless ``finite=False`` (a closure that
+    lib.flow's engines call passes its overflow on, for them to flag); autograd still reaches the
+    values (no copy). A wrong dict gets a ValueError that names ``what`` and the parameter,
+    instead of a KeyError or a shape error from inside the arithmetic. Float64 tensors of the
+    right shapes cost a few attribute reads (closures run thousands of times in a flow).
+    """
+    if not isinstance(params, Mapping):
+        raise ValueError(
+            f"{what} takes a dict {{{', '.join(map(repr, shapes))}}} of float64 tensors, "
+            f"got {_describe(params)}"
+        )
+    if len(params) != len(shapes) or any(key not in params for key in shapes):
+        missing = sorted(set(shapes) - set(params), key=str)
+        extra = sorted(set(params) - set(shapes), key=str)
+        raise ValueError(
+            f"{what} takes the parameters {sorted(shapes)}: missing {missing}, unexpected {extra}"
+        )
+    out = {}
+    for key, shape in shapes.items():
+        tensor = params[key]
+        if not (isinstance(tensor, torch.Tensor) and tensor.dtype == DTYPE) or finite:
+            tensor = as_tensor(tensor, f"{name}[{key!r}]") if finite else _as_float64(
+                tensor, f"{name}[{key!r}]")
+        if shape is not None and (
+            tensor.ndim != len(shape)
+            or any(e is not None and e != s for e, s in zip(shape, tensor.shape, strict=True))
+        ):
+            wanted = ", ".join("*" if e is None else str(e) for e in shape)
+            raise ValueError(
+                f"{name}[{key!r}] for {what} must have shape ({wanted}), got "
+                f"{tuple(tensor.shape)}"
+            )
+        out[key] = tensor
+    return out
+
+
+def _as_float64(value, name: str) -> torch.Tensor:
+    """A float64 tensor of ``value`` (integer tensors converted), non-finite entries allowed."""
+    if isinstance(value, torch.Tensor) and value.dtype in _TORCH_INTEGER:
+        return value.to(DTYPE)
+    if isinstance(value, torch.Tensor) and value.dtype == DTYPE:
+        return value
+    raise ValueError(f"{name} must be a torch.float64 tensor, got {_describe(value)}")
+
+
+def closure_number(value, what: str) -> float:
+    """What a caller's closure returned where a real number is expected (a Python or numpy real,
+    or a one-entry float64/integer tensor or array), as a float; else a ValueError naming the
+    closure's call ``what`` (``"gradient(q) at q = 0.5"``) and what came. Non-finite values
+    pass (the caller decides what an overflow means)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1 and value.ndim <= 1 and (
+            value.dtype == torch.float64 or value.dtype in _TORCH_INTEGER
+        ):
+            return float(value.detach().reshape(()).item())
+    elif isinstance(value, np.ndarray):
+        if value.size == 1 and value.ndim <= 1 and (
+            value.dtype == np.float64 or value.dtype.kind in "iu"
+        ):
+            return float(value.reshape(()).item())
+    elif _is_real_number(value) and not (
+        isinstance(value, np.floating) and value.dtype != np.float64
+    ):
+        return float(value)
+    raise ValueError(f"{what} must return a real (float64) number, got {_describe(value)}")
+
+
+def as_device(value, name: str = "device") -> torch.device:
+    """A torch device this machine has: ``"cpu"``, ``"cuda"``/``"cuda:i"`` with a GPU i, ``"mps"``
+    where available (a string or a ``torch.device``), else a ValueError naming what is available.
+
+    Torch's own parser raises RuntimeError for a misspelled name ("CPU", "bogus") and accepts an
+    int as a CUDA index, which fails only at the first allocation on a machine without one."""
+    if not isinstance(value, (str, torch.device)):
+        raise ValueError(f"{name} must be a device name such as 'cpu', got {_describe(value)}")
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    available = ["cpu"]
+    if torch.cuda.is_available():
+        available += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        available.append("mps")
+    ok = device is not None and (
+        device.type == "cpu" and device.index in (None, 0)
+        or device.type == "cuda" and torch.cuda.is_available()
+        and (device.index is None or device.index < torch.cuda.device_count())
+        or device.type == "mps" and "mps" in available
+    )
+    if not ok:
+        raise ValueError(f"{name} must be one of {available} on this machine, got {value!r:.60}")
+    return device
 
 
 def same_shapes(name_to_tensor: Mapping[str, torch.Tensor]) -> None:

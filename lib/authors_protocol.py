@@ -30,6 +30,7 @@ import torch
 from lib._checks import (
     DTYPE,
     MAX_STEPS,
+    as_array,
     as_choice,
     as_int,
     as_list,
@@ -243,7 +244,7 @@ def mean_of_k_probability(
     A Monte-Carlo estimate over ``draws`` subsets (numpy's generator seeded with ``seed``), for
     comparing a paper's mean over k seeds with a distribution measured over many seeds.
     """
-    values = as_tensor(values, "values", ndim=1).numpy()
+    values = as_array(values, "values", ndim=1)
     paper_value = float(as_tensor(paper_value, "paper_value", ndim=0))
     k = as_int(k, "k", minimum=1, maximum=values.size)
     side = as_choice(side, "side", ("below", "above"))

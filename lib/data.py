@@ -185,10 +185,14 @@ def cifar10(
         n_train = as_int(n_train, "n_train", minimum=1, maximum=len(raw))
         raw, labels = raw[:n_train], labels[:n_train]
     test_raw, test_labels = cifar10_batch(path / CIFAR10_TEST_FILE)
+    # decided on the integers: in floats, rounding leaves a constant set a std of ~1e-17 > 0
+    if raw.size == 0 or raw.min() == raw.max():
+        raise ValueError(
+            f"the CIFAR-10 training images in {str(path)!r} are all one value: nothing to "
+            "standardize"
+        )
     scaled = raw.astype(np.float64) / 255
     mean, std = scaled.mean(), scaled.std()
-    if not std > 0:
-        raise ValueError("the CIFAR-10 training images are all one value: nothing to standardize")
 
     def standardize(images: np.ndarray) -> torch.Tensor:
         seq = cifar10_sequences(images, reading).astype(np.float64) / 255

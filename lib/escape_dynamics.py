@@ -41,6 +41,7 @@ from threadpoolctl import threadpool_limits
 from lib import fast_relu, saddles
 from lib._checks import (
     NumericalFailure,
+    as_array,
     as_float,
     as_int,
     as_list,
@@ -87,7 +88,8 @@ def _as_network(weights, name: str = "weights") -> list[torch.Tensor]:
     weights = as_list(weights, name)
     if not 2 <= len(weights) <= MAX_LAYERS:
         raise ValueError(f"{name} must hold 2 to {MAX_LAYERS} weight matrices, got {len(weights)}")
-    weights = [as_tensor(w, f"{name}[{i}]", ndim=2, nonempty=True) for i, w in enumerate(weights)]
+    weights = [as_tensor(w, f"{name}[{i}]", ndim=2, nonempty=True, detach=True)
+               for i, w in enumerate(weights)]
     for i in range(1, len(weights)):
         if weights[i].shape[1] != weights[i - 1].shape[0]:
             raise ValueError(
@@ -100,7 +102,7 @@ def _as_network(weights, name: str = "weights") -> list[torch.Tensor]:
 
 
 def _as_inputs(X, weights: list[torch.Tensor], name: str = "X") -> torch.Tensor:
-    X = check_magnitude(as_tensor(X, name, ndim=2, nonempty=True), name)
+    X = check_magnitude(as_tensor(X, name, ndim=2, nonempty=True, detach=True), name)
     if X.shape[1] != weights[0].shape[1]:
         raise ValueError(
             f"{name} must have one column per input of the first layer ({weights[0].shape[1]}), "
@@ -110,7 +112,7 @@ def _as_inputs(X, weights: list[torch.Tensor], name: str = "X") -> torch.Tensor:
 
 
 def _as_gradient(G, X: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
-    G = check_magnitude(as_tensor(G, "G"), "G")
+    G = check_magnitude(as_tensor(G, "G", detach=True), "G")
     if G.ndim == 1:
         G = G.unsqueeze(-1)
     if G.shape != (X.shape[0], weights[-1].shape[0]):
@@ -286,7 +288,7 @@ def plateau_exit(losses, *, height: float, drop: float = 0.02) -> int | None:
     span at least ``drop`` (no flat window touches the plateau's end). On a slow descent the
     loss crosses height − drop at another record than the one where the windows stop being flat.
     """
-    losses = as_tensor(losses, "losses", ndim=1, nonempty=True).numpy()
+    losses = as_array(losses, "losses", ndim=1, nonempty=True)
     height = as_float(height, "height")
     drop = as_positive_float(drop, "drop")
     if losses[0] > height + drop:

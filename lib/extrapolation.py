@@ -39,6 +39,7 @@ from lib._checks import (
     MAX_STEPS,
     NumericalFailure,
     _describe,
+    as_array,
     as_callable,
     as_choice,
     as_int,
@@ -49,6 +50,7 @@ from lib._checks import (
     as_size,
     as_steps,
     as_tensor,
+    check_closure_params,
     check_finite_result,
     check_magnitude,
     check_params,
@@ -198,7 +200,7 @@ def balanced_field(w, k: int):
     Returns ``(gradient, jacobian)`` closures for :func:`lib.flow.gradient_flow` on parameters
     ``{"a": (d,), "b": (d,)}``: the field (∂L/∂a, ∂L/∂B) and its (2d × 2d) Jacobian.
     """
-    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
+    w = check_magnitude(as_tensor(w, "w", ndim=1, detach=True), "w")
     k = as_int(k, "k", minimum=1)
     if w.shape[0] < k:
         raise ValueError(f"w needs at least k = {k} entries, got {w.shape[0]}")
@@ -218,8 +220,17 @@ def balanced_field(w, k: int):
         residual = powers @ (b * b) - target
         return powers, slopes, residual
 
+    def parameters(params) -> tuple[np.ndarray, np.ndarray]:
+        checked = check_closure_params(params, "params", {"a": (None,), "b": (None,)},
+                                       what="balanced_field's closures", finite=False)
+        a, b = checked["a"].detach().numpy(), checked["b"].detach().numpy()
+        if a.shape != b.shape:
+            raise ValueError(f"params['a'] and params['b'] must have equal shapes (d,), got "
+                             f"{a.shape} and {b.shape}")
+        return a, b
+
     def gradient(params):
-        a, b = params["a"].detach().numpy(), params["b"].detach().numpy()
+        a, b = parameters(params)
         powers, slopes, residual = pieces(a, b)
         return torch.from_numpy(np.asarray((residual**2).sum())), {
             "a": torch.from_numpy(2 * b * b * (residual @ slopes)),
@@ -227,7 +238,7 @@ def balanced_field(w, k: int):
         }
 
     def jacobian(params):
-        a, b = params["a"].detach().numpy(), params["b"].detach().numpy()
+        a, b = parameters(params)
         d = a.shape[0]
         powers, slopes, residual = pieces(a, b)
         curvature = np.zeros_like(slopes)  # j(j−1)a^{j−2}
@@ -300,7 +311,7 @@ def balanced_flow(
         )
     grid = log_grid(time, points)
     if engine == "compiled":
-        target = as_tensor(w, "w", ndim=1)[: as_int(k, "k", minimum=1)].numpy()
+        target = as_array(w, "w", ndim=1)[: as_int(k, "k", minimum=1)]
         return _compiled_balanced_flow(target, params, grid)
     return gradient_flow(
         None,
@@ -448,7 +459,7 @@ def balanced_descent_field(w, ks: Sequence[int]):
     A :class:`DescentField`: a ``gradient`` closure for :func:`lib.flow.gradient_descent` with
     ``runs = R``, which :func:`train_adam` also runs compiled.
     """
-    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
+    w = check_magnitude(as_tensor(w, "w", ndim=1, detach=True), "w")
     ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     length = max(ks)
     if w.shape[0] < length:
@@ -458,8 +469,13 @@ def balanced_descent_field(w, ks: Sequence[int]):
     target = w[:length]
 
     def gradient(params):
-        a, b = params["a"], params["b"]  # (R, d)
+        checked = check_closure_params(params, "params", {"a": None, "b": None}, finite=False,
+                                       what="balanced_descent_field's gradient")
+        a, b = checked["a"], checked["b"]  # (R, d)
         _check_runs(a, len(ks))
+        if a.ndim != 2 or b.shape != a.shape:
+            raise ValueError(f"params['a'] and params['b'] must both have shape (R, d), got "
+                             f"{tuple(a.shape)} and {tuple(b.shape)}")
         repeated = a.unsqueeze(-2).expand(*a.shape[:-1], length - 1, a.shape[-1])
         powers = torch.cat([torch.ones_like(a).unsqueeze(-2), torch.cumprod(repeated, -2)], -2)
         shifted = torch.cat([torch.zeros_like(a).unsqueeze(-2), powers[..., :-1, :]], -2)
@@ -506,7 +522,7 @@ def general_descent_field(w, ks: Sequence[int]):
     the last a Hankel matrix of residuals sandwiched between Krylov bases (no matrix powers).
     Parameters ``{"A": (R, d, d), "B": (R, d), "C": (R, d)}``; a :class:`DescentField`.
     """
-    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
+    w = check_magnitude(as_tensor(w, "w", ndim=1, detach=True), "w")
     ks = [as_int(k, "k", minimum=1) for k in as_list(ks, "ks")]
     length = max(ks)
     if w.shape[0] < length:
@@ -519,8 +535,13 @@ def general_descent_field(w, ks: Sequence[int]):
     target = w[:length]
 
     def gradient(params):
-        a, b, c = params["A"], params["B"], params["C"]
+        checked = check_closure_params(params, "params", {"A": None, "B": None, "C": None},
+                                       finite=False, what="general_descent_field's gradient")
+        a, b, c = checked["A"], checked["B"], checked["C"]
         _check_runs(b, len(ks))
+        if b.ndim != 2 or c.shape != b.shape or a.shape != (*b.shape, b.shape[-1]):
+            raise ValueError(f"params must have A (R, d, d), B and C (R, d), got "
+                             f"{tuple(a.shape)}, {tuple(b.shape)}, {tuple(c.shape)}")
         u = _krylov(a, b, length)  # (R, K, d)
         v = _krylov(a.transpose(-1, -2), c, length)
         residual = mask * ((u * c.unsqueeze(-2)).sum(-1) - target)  # (R, K)
@@ -707,7 +728,7 @@ def gru_teacher(hidden: int, target, *, steps: int = 300, lr: float = 1e-2, seed
     ``target``, then frozen. Random GRUs mostly decay or saturate; this gives a teacher whose
     response carries information for as long as the target does.
     """
-    target = as_tensor(target, "target", ndim=1, nonempty=True)
+    target = as_tensor(target, "target", ndim=1, nonempty=True, detach=True)
     steps = as_int(steps, "steps", minimum=1, maximum=MAX_STEPS)
     net = GRUNet(hidden, seed)
     impulse = torch.zeros(1, target.shape[0], dtype=DTYPE)
@@ -718,7 +739,8 @@ def gru_teacher(hidden: int, target, *, steps: int = 300, lr: float = 1e-2, seed
         loss = ((net(impulse)[0] - target) ** 2).sum()
         loss.backward()
         optimizer.step()
-    for parameter in net.parameters():
+    for name, parameter in net.named_parameters():
+        check_finite_result(parameter.detach(), f"the trained teacher's {name} (lower lr)")
         parameter.requires_grad_(False)
     return net
 

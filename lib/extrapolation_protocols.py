@@ -470,7 +470,7 @@ def train_students(
     sequences and batch order come from ``data_seeds[r]`` (default: r).
     """
     kind = as_choice(kind, "kind", KINDS)
-    w = check_magnitude(as_tensor(w, "w", ndim=1), "w")
+    w = check_magnitude(as_tensor(w, "w", ndim=1, detach=True), "w")
     ks = [as_int(k, f"ks[{i}]", minimum=1, maximum=10_000) for i, k in enumerate(as_list(ks, "ks"))]
     if max(ks) > w.shape[0]:
         raise ValueError(f"w needs at least max(ks) = {max(ks)} entries, got {w.shape[0]}")

@@ -26,6 +26,7 @@ from scipy.integrate import odeint, solve_ivp
 from lib._checks import (
     MAX_STEPS,
     NumericalFailure,
+    as_array,
     as_bool,
     as_choice,
     as_float,
@@ -33,7 +34,6 @@ from lib._checks import (
     as_positive_float,
     as_size,
     as_steps,
-    as_tensor,
     check_params,
 )
 
@@ -142,7 +142,24 @@ def _scalar_loss(loss: Loss, params: Params) -> torch.Tensor:
     value = loss(params)
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         raise ValueError(f"loss(params) must return a scalar tensor, got {value!r:.80}")
+    _check_loss_dtype(value, "loss(params)")
     return value.reshape(())
+
+
+def _check_loss_dtype(value: torch.Tensor, what: str) -> None:
+    """A loss is a real float64 number: a complex one has no gradient descent (autograd refuses
+    it deep inside), an integer one no gradient, a float32 one rounds the gaps this book studies."""
+    if value.dtype != torch.float64:
+        raise ValueError(f"{what} must return float64 losses, got dtype {value.dtype}")
+
+
+def _pair(result) -> tuple:
+    """A closed-form gradient's answer, checked to be a pair (loss, {name: gradient})."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ValueError(
+            f"gradient(params) must return a pair (loss, {{name: gradient}}), got {result!r:.80}"
+        )
+    return result
 
 
 def _gradients(loss: Loss, params: Params) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -255,7 +272,7 @@ def gradient_flow(
     method = as_choice(method, "method", ODE_METHODS)
     rtol = as_positive_float(rtol, "rtol")
     atol = as_positive_float(atol, "atol")
-    times = as_tensor(t_eval, "t_eval", ndim=1, nonempty=True).numpy().copy()
+    times = as_array(t_eval, "t_eval", ndim=1, nonempty=True).copy()
     if times[0] < 0 or np.any(np.diff(times) <= 0):
         raise ValueError(f"t_eval must be non-negative and strictly increasing, got {_head(times)}")
 
@@ -264,7 +281,7 @@ def gradient_flow(
     def loss_value(theta: Params) -> float:
         if gradient is None:
             return float(_scalar_loss(loss, theta))
-        return float(_run_losses(gradient(theta)[0], None, "gradient(params)[0]")[0])
+        return float(_run_losses(_pair(gradient(theta))[0], None, "gradient(params)[0]")[0])
 
     streak = [0]  # consecutive evaluations at nan/inf or beyond BLOW_UP
 
@@ -284,7 +301,7 @@ def gradient_flow(
             _, grads = _gradients(loss, packer.unpack(theta, requires_grad=True))
         else:
             current = packer.unpack(theta)
-            checked = _check_gradients(gradient(current)[1], current)
+            checked = _check_gradients(_pair(gradient(current))[1], current)
             grads = [checked[k] for k in packer.names]
         if len(grads) == 1:
             return -grads[0].reshape(-1).numpy()
@@ -426,6 +443,7 @@ def _run_losses(values, runs: int | None, what: str) -> torch.Tensor:
     ):
         shape = "a scalar tensor" if runs is None else f"a tensor of shape ({runs},)"
         raise ValueError(f"{what} must return {shape} of losses, got {values!r:.80}")
+    _check_loss_dtype(values, what)
     return values.reshape(expected)
 
 
@@ -440,9 +458,7 @@ def _descent_oracle(loss: Loss | None, gradient: Gradient | None, runs: int | No
         def oracle(theta: Params):
             with torch.no_grad():
                 result = gradient(strip(theta))
-            if not (isinstance(result, tuple) and len(result) == 2):
-                raise ValueError("gradient(params) must return a pair (loss, {name: gradient})")
-            values, grads = result
+            values, grads = _pair(result)
             values = _run_losses(values, runs, "gradient(params)[0]")
             grads = _check_gradients(grads, strip(theta))
             if runs is None:

@@ -37,6 +37,8 @@ from lib._checks import (
     NumericalFailure,
     _describe,
     as_choice,
+    as_device,
+    as_float,
     as_int,
     as_positive_float,
     as_seeds,
@@ -128,14 +130,17 @@ def gru_init(width: int, seeds, *, scale: float | None = None, dtype: str = "flo
     w_in, w_h, b_in, b_h, readout."""
     width = as_int(width, "width", minimum=1, maximum=4096)
     seeds = as_seeds(seeds)
-    bound = 1 / math.sqrt(width) if scale is None else as_positive_float(scale, "scale")
+    kind = _dtype(dtype)
+    device = as_device(device)
+    # a scale beyond the dtype's largest number draws ±inf weights
+    bound = 1 / math.sqrt(width) if scale is None else as_float(
+        scale, "scale", minimum=0.0, open_minimum=True, maximum=torch.finfo(kind).max)
     shapes = [(3 * width,), (width, 3 * width), (3 * width,), (3 * width,), (width,)]
     draws = []
     for seed in seeds:
         generator = torch.Generator().manual_seed(seed)
         draws.append([(torch.rand(s, generator=generator, dtype=torch.float64) * 2 - 1) * bound
                       for s in shapes])
-    kind = _dtype(dtype)
     return GRUBatch(*[torch.stack([d[i] for d in draws]).to(device=device, dtype=kind)
                       for i in range(len(shapes))])
 
@@ -153,8 +158,11 @@ def train_gru_teachers(width: int, target, seeds, *, init_scale: float = 1e-6, s
     length. One teacher per seed; returned frozen (no gradients)."""
     target = as_tensor(target, "target", ndim=1, nonempty=True)
     steps = as_int(steps, "steps", minimum=1, maximum=10**7)
-    lr = as_positive_float(lr, "lr")
+    # the optimizer holds lr in the weights' dtype: beyond its largest number, torch's
+    # RuntimeError ("cannot be converted ... without overflow") at the first step
+    lr = as_float(lr, "lr", minimum=0.0, open_minimum=True, maximum=torch.finfo(_dtype(dtype)).max)
     net = gru_init(width, seeds, scale=init_scale, dtype=dtype, device=device)
+    device = net.w_h.device
     goal = target.to(device=device, dtype=net.w_h.dtype)
     impulse = torch.zeros(net.runs, 1, goal.shape[0], dtype=goal.dtype, device=device)
     impulse[:, 0, 0] = 1.0
@@ -235,8 +243,8 @@ def train_gru_students(teachers: GRUBatch, ks, *, width: int, seeds, n_train: in
     max_steps = as_int(max_steps, "max_steps", minimum=1, maximum=10**8)
     check_every = as_int(check_every, "check_every", minimum=1, maximum=10**8)
     patience = as_int(patience, "patience", minimum=1, maximum=10**8)
-    lr = as_positive_float(lr, "lr")
     dtype, device = teachers.w_h.dtype, teachers.w_h.device
+    lr = as_float(lr, "lr", minimum=0.0, open_minimum=True, maximum=torch.finfo(dtype).max)
     dtype_name = next(n for n, t in DTYPES.items() if t == dtype)
     runs = teachers.runs
     length = max(ks) if length is None else as_int(length, "length", minimum=max(ks),

@@ -56,11 +56,12 @@ def _weights(params, *, runs: bool) -> list[torch.Tensor]:
         raise ValueError(f"params must have keys {names}, got {sorted(params)}")
     weights = [params[name] for name in names]
     ndims = (2, 3) if runs else (2,)
-    for name, w in zip(names, weights, strict=True):
+    for j, (name, w) in enumerate(zip(names, weights, strict=True)):
         if not isinstance(w, torch.Tensor) or w.ndim not in ndims:
             what = "a matrix (2-D tensor)" + (", or a stack of them (3-D)" if runs else "")
             raise ValueError(f"{name} must be {what}, got {w!r:.60}")
-        as_tensor(w, name)  # float64 and finite (no copy: autograd still reaches w)
+        # float64 and finite, integers converted (no copy of a float64 w: autograd reaches it)
+        weights[j] = w = as_tensor(w, name)
         if w.numel() == 0:
             raise ValueError(f"{name} must not be empty, got shape {tuple(w.shape)}")
     leading = {tuple(w.shape[:-2]) for w in weights}
@@ -267,6 +268,8 @@ def balanced_init(widths: Sequence[int], end_to_end_matrix) -> dict[str, torch.T
 def balance_matrices(params) -> list[torch.Tensor]:
     """W_{j+1}ᵀW_{j+1} − W_j W_jᵀ, j = 1, …, n−1: constant along gradient flow (Du et al. 2018)."""
     weights = layers(params)
+    if len(weights) < 2:
+        raise ValueError(f"params must hold at least two layers W1, W2, got {len(weights)}")
     return [
         check_finite_result(
             weights[j + 1].T @ weights[j + 1] - weights[j] @ weights[j].T,

@@ -377,7 +377,7 @@ def theorem1_flow(
     ``rtol`` and ``atol`` override the solver's tolerances (both engines), for instance to see
     which part of an error shrinks with them (the solver's) and which does not.
     """
-    a0 = as_tensor(a0, "a0", min_ndim=1, nonempty=True)
+    a0 = as_tensor(a0, "a0", min_ndim=1, nonempty=True, detach=True)
     if a0.ndim > 2:
         raise ValueError(f"a0 must have shape (d,) or (R, d), got {tuple(a0.shape)}")
     kappa = _check_kappa(kappa)

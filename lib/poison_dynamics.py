@@ -18,6 +18,7 @@ import torch
 from lib._checks import (
     DTYPE,
     MAX_STEPS,
+    as_array,
     as_choice,
     as_int,
     as_list,
@@ -49,7 +50,7 @@ def sorted_with_tie(values: np.ndarray, diff: float | None) -> np.ndarray:
 
     ``values``: a 1-D float64 array of finite numbers; ``diff``: a finite number >= 0, or None.
     """
-    values = as_tensor(values, "values", ndim=1).numpy()
+    values = as_array(values, "values", ndim=1)
     if diff is not None:
         diff = as_positive_float(diff, "diff", allow_zero=True)
     values = np.sort(values)[::-1].copy()

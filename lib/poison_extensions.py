@@ -234,11 +234,11 @@ def _log_time_jacobian(tau, theta, x, y, d, eta):
 
 
 def _check_training_set(x, y) -> tuple[torch.Tensor, torch.Tensor]:
-    x = as_tensor(x, "x", ndim=2)
+    x = as_tensor(x, "x", ndim=2, detach=True)
     if x.shape[0] == 0 or x.shape[1] < 2:
         raise ValueError(f"x must have shape (n, kappa) with n >= 1 and kappa >= 2, got "
                          f"{tuple(x.shape)}")
-    y = as_tensor(y, "y", ndim=1)
+    y = as_tensor(y, "y", ndim=1, detach=True)
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"y must have one label per sequence: {x.shape[0]} sequences, got "
                          f"{y.shape[0]} labels")
@@ -248,9 +248,9 @@ def _check_training_set(x, y) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_start(a0, b0, c0) -> np.ndarray:
-    a0 = as_tensor(a0, "a0", ndim=1, nonempty=True)
-    b0 = as_tensor(b0, "b0", ndim=1)
-    c0 = as_tensor(c0, "c0", ndim=1)
+    a0 = as_tensor(a0, "a0", ndim=1, nonempty=True, detach=True)
+    b0 = as_tensor(b0, "b0", ndim=1, detach=True)
+    c0 = as_tensor(c0, "c0", ndim=1, detach=True)
     d = a0.shape[0]
     for name, value in (("b0", b0), ("c0", c0)):
         if value.shape[0] != d:

@@ -17,7 +17,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from lib._checks import DTYPE, as_int, as_positive_float, as_tensor, check_magnitude
+from lib._checks import (
+    DTYPE,
+    _describe,
+    as_int,
+    as_positive_float,
+    as_tensor,
+    check_finite_result,
+    check_magnitude,
+)
 
 
 def _check_network(weights, inputs) -> None:
@@ -97,7 +105,12 @@ def relu_network_gradient(
     for w in weights[:-1]:
         columns.append(torch.relu(w @ columns[-1]))
     outputs = (weights[-1] @ columns[-1]).transpose(-1, -2)
-    losses, delta = head(outputs)
+    result = head(outputs)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ValueError(
+            f"head must return a pair (losses, d losses / d outputs), got {_describe(result)}"
+        )
+    losses, delta = result
     if not isinstance(delta, torch.Tensor) or delta.shape != outputs.shape or delta.dtype != DTYPE:
         got = (
             f"{getattr(delta, 'dtype', type(delta).__name__)} {tuple(getattr(delta, 'shape', ()))}"
@@ -106,6 +119,10 @@ def relu_network_gradient(
             f"head must return the float64 gradient in the outputs, shape {tuple(outputs.shape)}, "
             f"got {got}"
         )
+    if not isinstance(losses, torch.Tensor) or losses.dtype != DTYPE:
+        raise ValueError(f"head must return float64 losses, got {_describe(losses)}")
+    check_finite_result(losses, "head's losses")
+    check_finite_result(delta, "head's gradient in the outputs")
     delta = delta.transpose(-1, -2)  # δ_Lᵀ
     grads: list[torch.Tensor] = [delta] * len(weights)
     for index in range(len(weights) - 1, -1, -1):

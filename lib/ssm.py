@@ -23,6 +23,7 @@ import torch
 
 from lib._checks import (
     DTYPE,
+    NumericalFailure,
     as_bool,
     as_callable,
     as_int,
@@ -143,7 +144,9 @@ def square_loss(student, x, y) -> torch.Tensor:
 
     Note the factor 1/n and no ½. ``student`` is an :class:`SSM` (or dict with keys a, b, c),
     possibly batched over leading dimensions; ``x`` has shape ``(n, κ)`` and ``y`` shape ``(n,)``.
-    Differentiable, so it serves directly as a loss closure for :mod:`lib.flow`.
+    Differentiable, so it serves directly as a loss closure for :mod:`lib.flow`; for that reason
+    a student whose output overflows (entries of a near 1e300) gets the inf/nan loss as it comes,
+    which the engines of :mod:`lib.flow` record as a diverged run.
     """
     student = _as_ssm(student, "student")
     x = _check_inputs(x)
@@ -327,6 +330,12 @@ def characterization_coefficients(a, b, c, x, y, *, head=None) -> torch.Tensor:
         prediction = head(z)
         if not isinstance(prediction, torch.Tensor) or prediction.shape != z.shape:
             raise ValueError(f"head(z) must return a tensor of shape {tuple(z.shape)}")
+        prediction = as_tensor(prediction, "head(z)")  # float64, finite (graph kept)
+        if not prediction.requires_grad:
+            raise ValueError(
+                "head(z) must depend on z through autograd (its answer has no graph: a constant "
+                "or detached head has no gain σ'(z) to differentiate)"
+            )
         (gain,) = torch.autograd.grad(prediction.sum(), z)
         prediction = prediction.detach()
     residual = y - prediction
@@ -489,8 +498,14 @@ def fit_impulse_response(a, targets) -> SSM:
     gaps = (a.unsqueeze(0) - a.unsqueeze(1)).abs() + torch.eye(d, dtype=DTYPE)
     if bool((gaps < 1e-8).any()):
         raise ValueError("the poles a must be distinct (the Vandermonde system is singular)")
-    vandermonde = _powers(a, m)  # (m, d): row k holds a_j^k
-    g = torch.linalg.lstsq(vandermonde, targets.unsqueeze(-1), driver="gelsd").solution.squeeze(-1)
+    vandermonde = check_finite_result(_powers(a, m), "the Vandermonde matrix a_j^k")
+    try:
+        g = torch.linalg.lstsq(
+            vandermonde, targets.unsqueeze(-1), driver="gelsd"
+        ).solution.squeeze(-1)
+    except RuntimeError as err:  # torch's LinAlgError: the SVD did not converge
+        raise NumericalFailure(f"the Vandermonde system a_j^k could not be solved: {err}") from None
+    g = check_finite_result(g, "the fitted coefficients C")
     return SSM(a=a.clone(), b=torch.ones(d, dtype=DTYPE), c=g)
 
 

@@ -28,12 +28,14 @@ import torch
 
 from lib._checks import (
     NumericalFailure,
+    _describe,
     as_callable,
     as_float,
     as_int,
     as_list,
     as_positive_float,
     check_finite_result,
+    closure_number,
 )
 from lib.linear_nets import as_params, layers
 
@@ -173,8 +175,16 @@ def _exit_time(gradient, flow, start: float, eta: float, horizon: float, radius:
     """One step size of :func:`tracking_exit_times`."""
     count = int(math.floor(horizon / eta + 1e-9))
     times = eta * np.arange(1, count + 1)
+    answer = flow(times)
+    if isinstance(answer, torch.Tensor):
+        answer = answer.detach()
+    if not (isinstance(answer, (np.ndarray, torch.Tensor, list, tuple))
+            and np.asarray(answer).dtype.kind in "fiu"):
+        raise ValueError(f"flow(times) must return {count} real numbers, got {_describe(answer)}")
+    if np.asarray(answer).dtype.kind == "f" and np.asarray(answer).dtype != np.float64:
+        raise ValueError(f"flow(times) must return float64 values, got {_describe(answer)}")
     with np.errstate(all="ignore"):
-        targets = np.asarray(flow(times), dtype=np.float64)
+        targets = np.asarray(answer, dtype=np.float64)
     if targets.shape != times.shape or not np.all(np.isfinite(targets)):
         raise NumericalFailure(
             f"flow(times) must return {count} finite values, got shape {targets.shape}"
@@ -183,7 +193,7 @@ def _exit_time(gradient, flow, start: float, eta: float, horizon: float, radius:
     q = start
     for k in range(count):
         with np.errstate(all="ignore"):
-            q = float(q - eta * float(gradient(q)))
+            q = float(q - eta * closure_number(gradient(q), f"gradient(q) at q = {q!r}"))
         if not math.isfinite(q) or abs(q - targets[k]) > radius:
             return float(times[k])
     return (count + 1) * eta

@@ -43,6 +43,7 @@ from scipy.optimize import brentq, minimize
 from lib import tensor_nets as tn
 from lib._checks import (
     NumericalFailure,
+    as_array,
     as_bool,
     as_choice,
     as_float,
@@ -95,7 +96,7 @@ _RANK_TOL = 1e-12
 
 def _array(value, name: str, ndim: int | None = None) -> np.ndarray:
     """A finite, non-empty float64 numpy copy of ``value`` (lists, numpy or float64 torch)."""
-    return as_tensor(value, name, ndim=ndim, nonempty=True).numpy().astype(np.float64, copy=True)
+    return as_array(value, name, ndim=ndim, nonempty=True).astype(np.float64, copy=True)
 
 
 def _finite(value, what: str):
@@ -748,6 +749,11 @@ def simultaneous_eigenbasis(matrices) -> np.ndarray:
     Diagonalizes A_1, then A_2 inside each eigenspace of A_1, and so on (eigenvalues closer than
     1e-9 of the largest |eigenvalue| count as one eigenspace), so repeated eigenvalues are fine."""
     A = _sensors(matrices)
+    # commutation and eigenvectors are scale-free: each A_i divided by the power of two nearest
+    # its largest |entry| (exact) keeps the norms and products finite (entries of 1e300
+    # overflowed ‖A_i‖ and passed any test)
+    _, exponents = np.frexp(np.abs(A).max(axis=(1, 2), keepdims=True))
+    A = np.ldexp(A, -exponents)
     norms = np.linalg.norm(A, axis=(1, 2))
     for i in range(len(A)):
         for j in range(i):

@@ -1401,12 +1401,13 @@ def regression_loss(coefficients, X, y):
         beta = beta_of(checked(params))
         if not (
             isinstance(beta, torch.Tensor)
+            and beta.dtype == X.dtype
             and beta.shape[-1:] == X.shape[-1:]
             and (X.ndim == 2 or beta.shape[:-1] == X.shape[:1])
         ):
             raise ValueError(
-                f"coefficients(params) must be a tensor of shape (d,) or (R, d) matching X "
-                f"{tuple(X.shape)}, got {_describe(beta)}"
+                f"coefficients(params) must be a float64 tensor of shape (d,) or (R, d) matching "
+                f"X {tuple(X.shape)}, got {_describe(beta)}"
             )
         outputs = (X @ beta.unsqueeze(-1)).squeeze(-1)
         return 0.5 * ((outputs - y) ** 2).sum()
@@ -1421,7 +1422,7 @@ def _no_check(params):
 
 def _describe(value) -> str:
     if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return type(value).__name__
 
 

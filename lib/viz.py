@@ -234,6 +234,14 @@ def plot_impulse_responses(
         if not mpl.colors.is_color_like(color):
             raise ValueError(f"colors[{label!r}] must be a matplotlib colour, got {color!r:.40}")
     styles = _style_map(styles, "styles")
+    for label, style in styles.items():
+        try:  # matplotlib's own parser of "o-", "--", "s:" ...
+            mpl.axes._base._process_plot_format(style)
+        except ValueError:
+            raise ValueError(
+                f"styles[{label!r}] must be a matplotlib format string such as 'o-' or '--', "
+                f"got {style!r:.40}"
+            ) from None
     start = as_int(start, "start", minimum=0)
     curves = {}
     for label, h in responses.items():

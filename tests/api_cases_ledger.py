@@ -182,4 +182,8 @@ def cases() -> list[Case]:
         Case("ledger.load", ledger.load, [P("path", str(_SAVED), "text")]),
         Case("ledger.save", ledger.save,
              [P("chapters", run, "object"), P("path", str(_SAVED), "text")]),
+        # malformed files: the error names the file (added by the bad-input fuzz)
+        Case("ledger.load (malformed files)", ledger.load, [P("path", str(_SAVED), "file")]),
+        Case("ledger.collect (malformed files)", _in_temp(ledger.collect),
+             [P("directory", str(_DIR), "folder")]),
     ]

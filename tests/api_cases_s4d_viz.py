@@ -180,6 +180,18 @@ def _cifar_folder() -> str:
     return str(folder)
 
 
+@cache
+def _constant_cifar_folder() -> str:
+    """A CIFAR-10 folder whose every image holds one gray level (7): nothing to standardize."""
+    folder = _tmp() / "cifar-constant"
+    folder.mkdir()
+    for name in [*data.CIFAR10_TRAIN_FILES, data.CIFAR10_TEST_FILE]:
+        batch = {b"data": np.full((2, 3072), 7, dtype=np.uint8), b"labels": [0, 1]}
+        with (folder / name).open("wb") as handle:
+            pickle.dump(batch, handle)
+    return str(folder)
+
+
 def _in_tmp_results(fn):
     """``fn`` with lib.results writing into a temporary folder (never into book/results)."""
 
@@ -652,9 +664,9 @@ def _data_cases() -> list[Case]:
     return [
         Case("data.digits_split", data.digits_split, [P("test_every", 5, "int", True)], examples=4),
         Case(
-            "data.cifar10_batch", data.cifar10_batch, [P("path", f"{folder}/test_batch", "object")]
+            "data.cifar10_batch", data.cifar10_batch, [P("path", f"{folder}/test_batch", "file")]
         ),
-        Case("data.cifar10_folder", data.cifar10_folder, [P("folder", folder, "object")]),
+        Case("data.cifar10_folder", data.cifar10_folder, [P("folder", folder, "folder")]),
         Case(
             "data.cifar10_sequences",
             data.cifar10_sequences,
@@ -664,7 +676,8 @@ def _data_cases() -> list[Case]:
             "data.cifar10",
             data.cifar10,
             [
-                P("folder", folder, "object"),
+                Arg("folder", folder, "folder",
+                    extra=[("constant images", _constant_cifar_folder(), "bad")]),
                 P("reading", "authors", "choice", True),
                 P("n_train", 4, "int", True),
             ],

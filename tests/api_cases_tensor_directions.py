@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 import torch
-from api_cases import Arg, Case, same, t
+from api_cases import Arg, Case, applied, same, t
 
 from lib import tensor_directions as td
 
@@ -173,7 +173,7 @@ _SENSING = {"W1": t(1.0, 0.2, 0.0, 0.1, 0.9, -0.3, 0.0, 0.2, 1.1).reshape(3, 3),
 
 
 def _applied(factory, params):
-    return lambda *args, **kwargs: factory(*args, **kwargs)(params)
+    return applied(factory, params)
 
 
 def _one_point_args():

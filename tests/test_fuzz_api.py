@@ -11,6 +11,10 @@ means a value-preserving conversion gives the canonical answer, an oracle (an in
 computation) agrees where the case has one, and otherwise the answer is finite; a string is never
 taken for a boolean.
 
+Besides that sample, ``test_every_class_of_bad_input_on_every_case`` runs *every* mutation of the
+input classes of ``api_cases.INPUT_CLASSES`` (requires_grad, integer/float32/complex dtypes, 1e300,
+constant data, devices, malformed files, closures' answers) on every case, deterministically.
+
 The CI profile is fixed: ``derandomize=True`` (the same examples on every run, no example
 database), a bounded number of examples per function (``Case.examples``, eight for cheap
 functions, four to six for the trainings), no deadline (the shared CPU is noisy). The whole
@@ -27,7 +31,16 @@ import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 import torch
-from api_cases import OUTSIDE_RULE, build_cases, classify, mutations, public_callables, records
+from api_cases import (
+    INPUT_CLASSES,
+    OUTSIDE_RULE,
+    build_cases,
+    class_mutations,
+    classify,
+    mutations,
+    public_callables,
+    records,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +131,28 @@ def test_every_public_callable_has_a_case():
 @pytest.mark.parametrize("case_name", sorted(CASES))
 def test_bad_input_gets_a_lib_value_error_or_a_correct_answer(case_name):
     _fuzz(case_name)
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_every_class_of_bad_input_on_every_case(case_name):
+    """Every input class of ``api_cases.INPUT_CLASSES`` (a tensor that requires grad, integer,
+    float32 and complex dtypes, 1e300 entries, constant data, unknown devices, malformed files
+    whose error must name the file, closures whose answer is spoiled) on every argument of every
+    case where its kind allows: all of them, not the sample Hypothesis draws."""
+    case = CASES[case_name]
+    failures = []
+    for name, argument, value, cls, label in class_mutations(case):
+        outcome, detail = classify(case, argument, value, cls, timeout=60)
+        if outcome in OUTSIDE_RULE:
+            failures.append(f"{name}: {argument} = {label}: {outcome}: {detail}")
+    assert not failures, f"{case.name}: " + "; ".join(failures)
+
+
+def test_every_input_class_is_exercised():
+    """Each class of ``INPUT_CLASSES`` reaches at least one case (a class no case can take would
+    be a catalogue entry that tests nothing)."""
+    reached = {name for case in CASES.values() for name, *_ in class_mutations(case)}
+    assert set(INPUT_CLASSES) <= reached, sorted(set(INPUT_CLASSES) - reached)
 
 
 def test_every_valid_call_gives_a_finite_answer():
