@@ -77,7 +77,7 @@ class Arg:
     name: str
     value: object
     kind: str  # tensor, int, float, bool, callable, params, seq, choice, object, ssm, text,
-    # device, file, folder
+    # device, file, folder, closure-params
     keyword: bool = False
     # bad inputs of this argument only (label, value, class), tried after its kind's catalogue:
     # the content-level classes a kind cannot generate (a constant CIFAR-format batch)
@@ -127,7 +127,7 @@ def _tensor_mutations(value: torch.Tensor):
         ("inf", torch.full_like(real, math.inf), "bad"),
         ("negated", -value, "bad"),
         ("zeros", torch.zeros_like(value), "bad"),
-        ("1e300", torch.full_like(real, 1e300), "big"),
+        ("1e300", _huge_like(real), "big"),
     ]
     if value.ndim >= 1 and value.numel() > 1:
         out.append(("one entry fewer", value.reshape(-1)[:-1].reshape(-1), "bad"))
@@ -145,13 +145,22 @@ def _tensor_mutations(value: torch.Tensor):
         out.append(("requires_grad", value.detach().clone().requires_grad_(True), "convert"))
     if value.numel() > 1:
         out.append(("constant", torch.full_like(real, 0.7), "bad"))
-        out.append(("one entry 1e300", _one_entry(real, 1e300), "big"))
+        out.append(("one entry 1e300", _one_entry(real), "big"))
     return out
 
 
-def _one_entry(value: torch.Tensor, number: float) -> torch.Tensor:
+def _huge(dtype: torch.dtype) -> float:
+    """1e300, or the largest number of a narrower floating dtype (float32 holds no 1e300)."""
+    return 1e300 if dtype == DT or not dtype.is_floating_point else torch.finfo(dtype).max
+
+
+def _huge_like(value: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(value, _huge(value.dtype))
+
+
+def _one_entry(value: torch.Tensor) -> torch.Tensor:
     out = value.detach().clone()
-    out.reshape(-1)[0] = number
+    out.reshape(-1)[0] = _huge(value.dtype)
     return out
 
 
@@ -213,7 +222,7 @@ def _params_mutations(value: dict):
         ("None", None, "bad"),
         ("string", "abc", "bad"),
         ("list of tensors", list(value.values()), "bad"),
-        ("1e300 entry", {**value, key: torch.full_like(value[key], 1e300)}, "big"),
+        ("1e300 entry", {**value, key: _huge_like(value[key])}, "big"),
         ("requires_grad entry", {**value, key: value[key].detach().clone().requires_grad_(True)},
          "convert"),
         ("int64 entry", {**value, key: value[key].round().to(torch.int64)}, "convert-int"),
@@ -261,7 +270,7 @@ def _other_mutations(value, kind: str):
             ("two tensors", (a, b), "bad"),
             ("dict", {"a": a, "b": b, "c": c}, "convert"),
             ("list", [a, b, c], "bad"),
-            ("1e300 a", (torch.full_like(a, 1e300), b, c), "big"),
+            ("1e300 a", (_huge_like(a), b, c), "big"),
             ("requires_grad", tuple(v.detach().clone().requires_grad_(True) for v in (a, b, c)),
              "convert"),
             ("int64 a", (a.round().to(torch.int64), b, c), "convert-int"),
@@ -321,7 +330,7 @@ def _closure_mutations(value):
         ("returns nan", lambda out: _map_tensors(
             out, _floating(lambda x: torch.full_like(x, math.nan))), "closure-nan"),
         ("returns 1e300", lambda out: _map_tensors(
-            out, _floating(lambda x: torch.full_like(x, 1e300))), "big"),
+            out, _floating(_huge_like)), "big"),
         ("returns detached", lambda out: _map_tensors(out, lambda x: x.detach()), "bad"),
         ("returns int64", lambda out: _map_tensors(
             out, _floating(lambda x: x.detach().round().to(torch.int64))), "bad"),
@@ -413,6 +422,9 @@ def mutations(arg: Arg) -> list[tuple[str, object, str]]:
         out = _bool_mutations(value)
     elif kind == "params":
         out = _params_mutations(value)
+    elif kind == "closure-params":  # a closure's parameters: nan is passed on, like 1e300
+        out = [(label, v, "closure-nan" if label == "nan entry" else c)
+               for label, v, c in _params_mutations(value)]
     elif kind == "seq":
         out = _seq_mutations(value)
     else:
@@ -693,8 +705,11 @@ def _closure_params_case(case: Case) -> Case:
     def run(params):
         return Applied(built.factory, params, built.call)(*positional, **keywords)
 
-    return Case(f"{case.name} (closure params)", run, [Arg("params", built.params, "params")],
-                examples=case.examples)
+    # the closures lib builds are loss/gradient closures for lib.flow's engines: at nan or
+    # 1e300-sized parameters they pass the overflow on, for the engines to flag the run diverged
+    return Case(f"{case.name} (closure params)", run,
+                [Arg("params", built.params, "closure-params")], examples=case.examples,
+                overflow_passes=("params",))
 
 
 def build_cases() -> list[Case]:

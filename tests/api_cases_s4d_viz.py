@@ -666,7 +666,8 @@ def _data_cases() -> list[Case]:
         Case(
             "data.cifar10_batch", data.cifar10_batch, [P("path", f"{folder}/test_batch", "file")]
         ),
-        Case("data.cifar10_folder", data.cifar10_folder, [P("folder", folder, "folder")]),
+        # it locates the folder (its files are read by cifar10, whose case has kind "folder")
+        Case("data.cifar10_folder", data.cifar10_folder, [P("folder", folder, "object")]),
         Case(
             "data.cifar10_sequences",
             data.cifar10_sequences,
