@@ -1467,8 +1467,13 @@ def _own_cases() -> list[Case]:
         ),
         Case(
             "viz.plot_impulse_responses",
-            lambda responses, kappa: viz.plot_impulse_responses(ax(), responses, kappa=kappa),
-            [P("responses", {"h": [1.0, 0.5]}, "object"), P("kappa", 2, "int")],
+            lambda responses, kappa, colors=None, styles=None: viz.plot_impulse_responses(
+                ax(), responses, kappa=kappa, colors=colors, styles=styles),
+            [P("responses", {"h": [1.0, 0.5]}, "object"), P("kappa", 2, "int"),
+             Arg("colors", {"h": "C0"}, "object", True,
+                 extra=[("not a colour", {"h": "zz-not-a-colour"}, "bad")]),
+             Arg("styles", {"h": "o-"}, "object", True,
+                 extra=[("not a format", {"h": "zz"}, "bad"), ("a number", {"h": 3}, "bad")])],
         ),
         Case(
             "viz.Slider",

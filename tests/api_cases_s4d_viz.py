@@ -310,7 +310,7 @@ def _s4d_cases() -> list[Case]:
                 P("weight_decay", 0.01, "float", True),
             ],
         ),
-        Case("s4d.compute_device", _device, [P("name", "cpu", "choice")]),
+        Case("s4d.compute_device", _device, [P("name", "cpu", "device")]),
         Case(
             "s4d.init_params",
             s4d.init_params,
