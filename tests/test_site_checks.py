@@ -79,6 +79,8 @@ def test_prose_problems_find_each_kind(text, what):
         "steps from 1 to 10, from 0.5 to 0.55 and 1 to 1.5",  # ranges that are ranges
         "in 2025–2026 and the interval [0.1, 0.2]",  # years, an interval
         "a 1-1 map",  # a hyphen without spaces is not a range
+        "a 64–32–32–10 network",  # layer sizes
+        "matches Theorem 5 to 5 × 10⁻⁶",  # a number, then a mantissa
     ],
 )
 def test_prose_problems_leave_good_text_alone(text):

@@ -93,7 +93,10 @@ PRINT_CSS = """
     overflow: visible !important; }
   .highlight, .cell_output, .output, .pst-scrollable-table-container {
     overflow: visible !important; }
-  mjx-container[display="true"], span.math { overflow: visible !important; }
+  mjx-container[display="true"] { overflow: visible !important; }
+  /* an inline formula never scrolls on paper: one wider than the line is zoomed out (below);
+     the rest clip the pixel or two an accent overhangs, as the theme does */
+  span.math, span.math.book-wide { overflow: hidden !important; }
   img { max-width: 100% !important; height: auto !important; }
   figure, .cell_output img, .slider-grid, .animation, table, mjx-container[display="true"] {
     break-inside: avoid; }

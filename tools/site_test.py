@@ -111,15 +111,17 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{|\$\\[a-zA-Z]")
 # Python None (case-sensitive, and not "None of ...": "none" is an English word), a number in raw
 # e-notation ("4.8e-04", "1e5"; lib/typeset.py writes "4.8 × 10⁻⁴").
 # A degenerate range: the same number at both ends ("10.0000 to 10.0000", "400 to 400",
-# "0.12–0.12"; lib.typeset.number_range writes such a range as one number). A numpy or torch repr
-# ("[0.32001 0.34 ]", "array([...])", "np.float64(0.5)", "tensor(...)"): code's output, not prose.
+# "0.12–0.12"; lib.typeset.number_range writes such a range as one number); not a chain of
+# sizes ("64–32–32–10") nor a number before a mantissa ("Theorem 5 to 5 × 10⁻⁶").
+# A numpy or torch repr ("[0.32001 0.34 ]", "array([...])", "np.float64(0.5)", "tensor(...)"):
+# code's output, not prose.
 _NUMBER = r"[−-]?\d+(?:[.,\u00a0\u202f ]\d+)*"
 PROSE_PATTERNS = {
     "nan": re.compile(r"\bnan\b", re.IGNORECASE),
     "None": re.compile(r"\bNone\b(?! of\b)"),
     "raw e-notation": re.compile(r"\b\d+(?:\.\d+)?[eE][+-]?\d+\b"),
     "degenerate range": re.compile(
-        rf"(?<![\w.,−-])({_NUMBER})(?:\s*[–—]\s*|\s+to\s+|\s+-\s+)\1(?![\w]|[.,]\d)"
+        rf"(?<![\w.,−–—-])({_NUMBER})(?:\s*[–—]\s*|\s+to\s+|\s+-\s+)\1(?![\w]|[.,]\d|\s*[–—×])"
     ),
     "numpy/torch repr": re.compile(
         r"\[\s*[−-]?\d+\.\d*(?:[eE][+-]?\d+)?(?:\s+[−-]?\d+\.?\d*(?:[eE][+-]?\d+)?)+\s*\]"
@@ -413,7 +415,8 @@ PAGE_WIDTH_JS = """
     };
     for (const el of document.querySelectorAll('body *')) {
       const rect = el.getBoundingClientRect();
-      if (rect.right > width + 1 && rect.width > 0 && !inBox(el)) {
+      if (rect.right > width + 1 && rect.width > 0 && !inBox(el)
+          && getComputedStyle(el).visibility !== 'hidden') {
         culprits.push({el, right: rect.right});
       }
     }

@@ -13,7 +13,7 @@
    dialog (and the page contents' toggle opens the page contents the same way).
 
 2. Scroll cues. A formula wider than its column (a display equation in its MathJax container, an
-   inline formula in its span.math) scrolls sideways; a shadow on an edge says there is more on
+   inline formula in its span.math, which is marked book-wide so that it scrolls) scrolls sideways; a shadow on an edge says there is more on
    that side. The classes book-more-left / book-more-right are set here from the box's scroll
    position (book.css draws the shadows as inset box-shadows, which sit on the box's own edges
    whatever colour the box is on: a theorem's tinted box, dark mode, paper).
@@ -42,13 +42,24 @@
   );
 
   // --- 2. Scroll cues ---
-  const SCROLLERS = "div.math > mjx-container, span.math";
+  const SCROLLERS = "div.math > mjx-container, span.math.book-wide";
   const mark = (box) => {
     const room = box.scrollWidth - box.clientWidth;
     box.classList.toggle("book-more-left", room > 1 && box.scrollLeft > 1);
     box.classList.toggle("book-more-right", room > 1 && box.scrollLeft < room - 1);
   };
-  const markAll = () => document.querySelectorAll(SCROLLERS).forEach(mark);
+  // an inline formula wider than its box (not an accent that overhangs it by a pixel or two)
+  const widen = (span) => {
+    const formula = span.querySelector("mjx-container");
+    if (!formula) return;
+    const wide = formula.getBoundingClientRect().width > span.clientWidth + 2;
+    span.classList.toggle("book-wide", wide);
+    if (!wide) span.classList.remove("book-more-left", "book-more-right");
+  };
+  const markAll = () => {
+    document.querySelectorAll("span.math").forEach(widen);
+    document.querySelectorAll(SCROLLERS).forEach(mark);
+  };
   let pending = false;
   const later = () => {
     if (pending) return;
