@@ -42,6 +42,7 @@ shortcut is not blocked in the notebook's process, which could undo any block: i
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import csv
 import hashlib
 import hmac
@@ -68,9 +69,20 @@ SOURCES = ROOT / "book" / "assignments"
 HARNESS = Path(__file__).resolve().parent / "grading_harness.py"
 ABSENT_PACKAGE = Path(__file__).resolve().parent / "absent_package.py"
 # What a test that forbids automatic differentiation runs without: torch (and functorch), sympy
-# (symbolic derivatives), mpmath and scipy.differentiate (numerical derivatives to any precision);
-# the book's lib goes too (it is built on torch).
-AUTODIFF = ("torch", "functorch", "sympy", "mpmath", "scipy.differentiate")
+# (symbolic derivatives), mpmath, scipy.differentiate and scipy.optimize._numdiff (numerical
+# derivatives: to any precision, or to rounding by the complex step of approx_derivative, which
+# scipy.optimize.approx_fprime, check_grad and minimize's numerical gradients call); the book's
+# lib goes too (it is built on torch). Other differentiation packages (jax, autograd,
+# numdifftools) are not installed in the book's environment; a stand-in for one that is not
+# installed is mounted nowhere.
+AUTODIFF = (
+    "torch",
+    "functorch",
+    "sympy",
+    "mpmath",
+    "scipy.differentiate",
+    "scipy.optimize._numdiff",
+)
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")  # as in a roster
 # Bytes of one sandbox's result stream that are read (the largest record of any assignment,
 # saddle-to-saddle's, is 75 kB of JSON): a record cut at the cap is dropped as malformed.
@@ -498,19 +510,27 @@ def _stub(name: str) -> Path:
 
 def _package_folders(name: str) -> list[Path]:
     """Every copy of the package ``name`` a sandbox can see (the venv's, the base Python's, the
-    system's): where one is absent, all of them are covered."""
+    system's): where one is absent, all of them are covered. A module that is a file (such as
+    ``scipy.optimize._numdiff``) is found as its ``.py`` file and its compiled ``.pyc`` files,
+    which would otherwise still hold its code."""
     bases = [*sandbox.python_mounts(), Path("/usr/lib"), Path("/usr/local/lib")]
     found = set()
     relative = name.replace(".", "/")
+    parent, _, stem = relative.rpartition("/")
     for base in bases:
-        for pattern in (f"lib/python3*/*-packages/{relative}", f"python3*/*-packages/{relative}"):
-            found.update(p for p in base.glob(pattern) if p.is_dir())
+        for top in ("lib/python3*/*-packages", "python3*/*-packages"):
+            found.update(p for p in base.glob(f"{top}/{relative}") if p.is_dir())
+            found.update(p for p in base.glob(f"{top}/{relative}.py") if p.is_file())
+            if parent:
+                compiled = f"{top}/{parent}/__pycache__/{stem}.*.pyc"
+                found.update(p for p in base.glob(compiled) if p.is_file())
     return sorted(found)
 
 
 def _mounts(absent: tuple[str, ...] = ()) -> list[tuple[Path, str]]:
     """Read-only folders of a sandbox: Python, the venv, the book's ``lib``, the harness; each
-    package of ``absent`` covered by a stand-in that holds none of its code."""
+    package of ``absent`` covered by a stand-in that holds none of its code (a folder by a
+    folder, a module's file and its compiled files by the stand-in's file)."""
     import importlib.util
 
     spec = importlib.util.find_spec("lib")
@@ -521,7 +541,9 @@ def _mounts(absent: tuple[str, ...] = ()) -> list[tuple[Path, str]]:
     mounts.append((_stub("lib") if "lib" in absent else lib_dir, str(lib_dir)))
     for name in absent:
         if name != "lib":
-            mounts += [(_stub(name), str(folder)) for folder in _package_folders(name)]
+            stub = _stub(name)
+            for where in _package_folders(name):
+                mounts.append((stub if where.is_dir() else stub / "__init__.py", str(where)))
     mounts.append((HARNESS, "/grader/grading_harness.py"))
     return mounts
 
@@ -531,13 +553,54 @@ def levels(tests: list[tuple[Test, list[Probe]]]) -> list[tuple[str, ...]]:
     return sorted({test.absent for test, _ in tests}, key=lambda a: (len(a), a))
 
 
-def execute_all(cells, variants_by_level: dict, settings: Settings) -> Run:
+class _Turns:
+    """Which sandboxes of submissions run at the same time: any number of those that lack
+    nothing, but one that lacks a package (a question's shortcut) runs alone.
+
+    Two sandboxes running at once can always talk (through the machine's load, its memory, its
+    file cache, whatever the kernel shares), and a notebook whose shortcut is absent could ask a
+    colluding submission that has it. While a sandbox with an absent package runs, no other
+    submission's sandbox runs (the reference solution's may: it is not the students' code).
+    Those who wait to run alone go first, so that they are not kept waiting forever."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting_alone = 0
+
+    @contextlib.contextmanager
+    def turn(self, alone: bool):
+        with self._condition:
+            if alone:
+                self._waiting_alone += 1
+                self._condition.wait_for(lambda: not self._alone and not self._shared)
+                self._waiting_alone -= 1
+                self._alone = True
+            else:
+                self._condition.wait_for(lambda: not self._alone and not self._waiting_alone)
+                self._shared += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                if alone:
+                    self._alone = False
+                else:
+                    self._shared -= 1
+                self._condition.notify_all()
+
+
+def execute_all(cells, variants_by_level: dict, settings: Settings, turns=None) -> Run:
     """Run ``cells`` once per level (set of absent packages) and merge what came back: each
     test's record comes from the run of its own level only. The notebook's failed cells and
-    output are those of its first run (the others fail where they use what is absent)."""
+    output are those of its first run (the others fail where they use what is absent).
+    ``turns`` (a submission's runs; not the reference's): a run with something absent runs
+    alone (:class:`_Turns`)."""
     merged = Run()
     for number, (absent, variants) in enumerate(variants_by_level.items()):
-        run = execute(cells, variants, settings, absent)
+        with turns.turn(bool(absent)) if turns is not None else contextlib.nullcontext():
+            run = execute(cells, variants, settings, absent)
         merged.results.update(run.results)
         merged.seconds += run.seconds
         merged.notes += run.notes
@@ -672,6 +735,7 @@ class Grade:
     verdicts: list[Verdict] = field(default_factory=list)
     run: Run | None = None
     written: dict[str, str] = field(default_factory=dict)
+    flags: str = ""  # what the instructor should check (a student id claimed twice)
 
 
 def _expected(assignment: Assignment, reference: Run, variant: int, test: Test, test_probes):
@@ -913,9 +977,9 @@ def _prepare(s: Submission, name: str, spec: Assignment, secret: str) -> dict | 
         return None
 
 
-def _run_safely(cells, variants_by_level, settings: Settings) -> Run:
+def _run_safely(cells, variants_by_level, settings: Settings, turns=None) -> Run:
     try:
-        return execute_all(cells, variants_by_level, settings)
+        return execute_all(cells, variants_by_level, settings, turns)
     except Exception as error:  # the sandbox failed for this notebook only
         return Run(status=f"could not be run ({one_line(f'{type(error).__name__}: {error}', 200)})")
 
@@ -970,6 +1034,7 @@ def grade_folder(
         f"grading {len(paths)} submissions of {name!r} ({total:g} points), {settings.jobs} at once"
     )
     grades: dict[str, Grade] = {}
+    turns = _Turns()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
         reference_job = pool.submit(
             reference_run, spec.solution_cells, _by_level(spec, tests, parameter_sets), settings
@@ -980,7 +1045,7 @@ def grade_folder(
                 continue
             parameters = parameter_sets[student_variant[s.path.name]]
             job = _by_level(spec, tests, [parameters])
-            jobs[pool.submit(_run_safely, s.cells(), job, settings)] = s
+            jobs[pool.submit(_run_safely, s.cells(), job, settings, turns)] = s
         reference = reference_job.result()
         check_reference(spec, tests, reference, len(parameter_sets))
         done = 0
@@ -1004,6 +1069,9 @@ def grade_folder(
                 f"[{done}/{len(paths)}] {got:g} / {total:g} ({_terminal_text(grade.status)}, "
                 f"{grade.seconds:.0f} s): {_terminal_name(s.path.name)}"
             )
+    for file_name, flag in _shared_ids(submissions).items():
+        grades[file_name].flags = flag
+        echo(f"check: {_terminal_name(file_name)} {_terminal_text(flag, 160)}")
     # Every sandbox is gone: now, and only now, the grades are written.
     labels = {}
     for s in submissions:
@@ -1017,6 +1085,24 @@ def grade_folder(
     _write_written(folder, spec, submissions, grades)
     echo(f"wrote {table}")
     return table
+
+
+def _shared_ids(submissions: list[Submission]) -> dict[str, str]:
+    """``{file name: flag}`` for every submission whose student id another file of the folder
+    claims too: the id is the notebook's metadata, which anyone can write, so two claims of one
+    id mean that at most one of them is its owner's (the instructor decides which row counts)."""
+    claims: dict[str, list[str]] = {}
+    for s in submissions:
+        student = _student_shown(s)
+        if student and not s.problem:
+            claims.setdefault(student, []).append(s.path.name)
+    flags = {}
+    for student, names in claims.items():
+        if len(names) > 1:
+            for name in names:
+                others = ", ".join(_safe_name(n) for n in names if n != name)
+                flags[name] = f"student id {_safe_name(student)} also claimed by {others}"
+    return flags
 
 
 def _student_shown(s: Submission) -> str:
@@ -1072,7 +1158,8 @@ def _write_grades(folder: Path, spec: Assignment, submissions, grades) -> Path:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     auto, manual = list(spec.auto), list(spec.manual)
-    writer.writerow(["submission", "student", *auto, *manual, "score", "possible", "status"])
+    header = ["submission", "student", *auto, *manual, "score", "possible", "status", "check"]
+    writer.writerow(header)
     for s in submissions:
         grade = grades[s.path.name]
         scores = [grade.scores.get(q, 0.0) for q in auto]
@@ -1085,6 +1172,7 @@ def _write_grades(folder: Path, spec: Assignment, submissions, grades) -> Path:
                 _num(sum(scores)),
                 _num(sum(spec.auto.values())),
                 grade.status,
+                grade.flags,
             ]
         )
     table = folder / "grades.csv"
@@ -1159,10 +1247,21 @@ def _write_feedback(folder: Path, spec: Assignment, submissions, grades, labels)
         _atomic_write(logs / f"{stem}.txt", _log_text(spec, grade, labels.get(s.path.name, {})))
 
 
-def _quoted(answer: str) -> str:
-    """A student's Markdown answer as a block quote: its own headings (a fake ``## classmate``
-    section) stay inside its quote, under the heading of its file."""
-    return "\n".join(f"> {line}".rstrip() for line in readable(answer, 20_000).splitlines())
+def _markdown_text(text: str) -> str:
+    """Text shown literally in Markdown: every ASCII punctuation character backslash-escaped (a
+    file name such as ``<!--x.ipynb`` or ``<h2>bob</h2>.ipynb`` is a heading's text, not HTML)."""
+    return re.sub(r"([!-/:-@\\[-`{-~])", r"\\\1", text)
+
+
+def _fenced(answer: str) -> str:
+    """A student's Markdown answer as a fenced code block, shown as its text and never rendered:
+    no markup passes through (raw HTML that closes a quote early and forges a classmate's
+    section, an unclosed comment hiding what follows). The fence is longer than any run of
+    backticks in the answer, so nothing in it can close the block."""
+    text = readable(answer, 20_000)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text.rstrip()}\n{fence}"
 
 
 def _write_written(folder: Path, spec: Assignment, submissions, grades) -> None:
@@ -1171,8 +1270,13 @@ def _write_written(folder: Path, spec: Assignment, submissions, grades) -> None:
     written = folder / "written"
     written.mkdir(exist_ok=True)
     for name, points in spec.manual.items():
-        parts = [f"# {spec.name}, {name} ({points:g} points, graded by hand)", ""]
+        parts = [
+            f"# {spec.name}, {name} ({points:g} points, graded by hand)",
+            "",
+            "Each answer is shown as the student wrote it (its Markdown source, in a code block).",
+            "",
+        ]
         for s in submissions:
             answer = grades[s.path.name].written.get(name, "*(no answer found)*")
-            parts += [f"## {_safe_name(s.path.name)}", "", _quoted(answer), ""]
+            parts += [f"## {_markdown_text(_safe_name(s.path.name))}", "", _fenced(answer), ""]
         _atomic_write(written / f"{name}.md", "\n".join(parts))

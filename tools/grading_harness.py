@@ -172,8 +172,12 @@ def main() -> int:
 
     sys.modules["otter"] = _otter_stub()
     from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
 
-    shell = InteractiveShell.instance(colors="nocolor")
+    config = Config()
+    # No history database: sqlite locks its file, and the sandbox refuses file locks.
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(colors="nocolor", config=config)
     timeout = float(job["cell_timeout"])
     for number, variant in enumerate(job["variants"]):
         if number:

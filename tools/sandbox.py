@@ -30,8 +30,10 @@ gets, and what it does not:
   the namespaces do not cover: ``socket(AF_VSOCK, ...)`` (a virtual machine's channel to its
   host, outside any network namespace), ``io_uring``, the kernel keyring (``keyctl``,
   ``add_key``, ``request_key``), ``ptrace`` and ``process_vm_readv``/``writev``, ``bpf``,
-  ``perf_event_open`` and ``userfaultfd``. Another architecture's system calls (the 32-bit ABI)
-  kill the process.
+  ``perf_event_open`` and ``userfaultfd``; and file locks (``flock``, ``fcntl``'s record locks
+  and leases) and file notifications (``inotify``, ``fanotify``, ``fcntl``'s ``F_NOTIFY``),
+  through which two sandboxes that see the same read-only file could talk. Another
+  architecture's system calls (the 32-bit ABI) kill the process.
 - **A uid of its own.** When the grader runs as root, each concurrent sandbox runs as its own
   unprivileged uid (``setpriv``, util-linux), so that its process limit counts only its own
   processes. Where the Python installation lies under a folder that uid cannot enter (``/root``),
@@ -128,9 +130,20 @@ for name in sys.argv[2:]:
     refused.add_rule(seccomp.ERRNO(errno.EPERM), name)
 AF_VSOCK = 40
 refused.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, AF_VSOCK))
+# File locks and leases: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
+# F_SETLEASE, F_GETLEASE; and flock(2).
+for command in (5, 6, 7, 36, 37, 38, 1024, 1025):
+    refused.add_rule(seccomp.ERRNO(errno.ENOLCK), "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+refused.add_rule(seccomp.ERRNO(errno.ENOLCK), "flock")
+F_NOTIFY = 1026  # dnotify: a folder's accesses by anyone
+refused.add_rule(seccomp.ERRNO(errno.EPERM), "fcntl", seccomp.Arg(1, seccomp.EQ, F_NOTIFY))
 with open(sys.argv[1], "wb") as out:
     refused.export_bpf(out)
 """
+# What is refused, and why: what a notebook never needs and the namespaces do not cover. The file
+# locks, leases and notifications (inotify, fanotify, dnotify) of a file that two sandboxes both
+# see read-only (any file of /usr) work across namespaces and uids: two sandboxes graded at once
+# could talk through them (one with torch answering another where torch is absent).
 REFUSED_SYSCALLS = (
     "ptrace",
     "process_vm_readv",
@@ -144,6 +157,11 @@ REFUSED_SYSCALLS = (
     "bpf",
     "perf_event_open",
     "userfaultfd",
+    "inotify_init",
+    "inotify_init1",
+    "inotify_add_watch",
+    "fanotify_init",
+    "fanotify_mark",
 )
 
 
