@@ -1,7 +1,9 @@
 """Stands in for a package that is absent from a sandbox (tools/grading.py mounts it over the
 package's folder): ``lib`` while a question's hidden tests must be answered without the book's
 library, and ``torch`` (and the other packages that differentiate) while they must be answered
-without automatic differentiation or symbolic and numerical differentiation packages.
+without automatic differentiation or symbolic and numerical differentiation packages. A module
+that is a single file (``scipy.optimize._numdiff``) has this file mounted over its ``.py`` file
+and its compiled ``.pyc`` files.
 
 The real package's files are not in the sandbox at all, so nothing a notebook does can reach its
 code. Importing works (``import torch``, ``from lib.ssm import impulse_response``), so that a

@@ -36,7 +36,11 @@ reference's result the answer must be. ``forbid`` names what the test's answer m
 without: a test that forbids anything runs in a sandbox of its own in which the book's ``lib`` is
 absent (every name of it raises when called, tools/absent_package.py), and with
 ``"torch.autograd"`` also ``torch`` and the packages that differentiate (:data:`AUTODIFF`). The
-shortcut is not blocked in the notebook's process, which could undo any block: it is not there.
+shortcut is not blocked in the notebook's process, which could undo any block: the package is
+not there. (Differentiation the notebook writes itself, a complex step or dual numbers in NumPy,
+cannot be made absent: the instructor reads the code.) A sandbox in which something is absent
+runs alone (:class:`_Turns`), so that no colluding submission graded at the same time can
+compute for it what it lacks.
 """
 
 from __future__ import annotations

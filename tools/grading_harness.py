@@ -28,8 +28,11 @@ Result lines: ``{"running": index}`` as each cell starts, ``{"cell": index, "sta
 
 Nothing here forbids anything: a notebook's process can undo whatever this process does. A
 question whose hidden tests must be answered without the book's library (or without automatic
-differentiation) has those tests run in a sandbox of their own in which ``lib`` (or ``torch``)
-is absent (tools/absent_package.py stands in for it), so the shortcut is not there to take.
+differentiation) has those tests run in a sandbox of their own in which ``lib`` (or ``torch``
+and the other differentiation packages) is absent (tools/absent_package.py stands in for it), so
+the library's shortcut is not there to take. Code the notebook brings along is: a derivative
+written in NumPy (complex step, dual numbers), or a library's source pasted in. No sandbox can
+remove that; it is in the notebook, for the instructor to read (book/course.md).
 """
 
 from __future__ import annotations
