@@ -10,6 +10,10 @@ scores what its honest work earns; each attack that still worked is named by its
   a terminal line (n19), a file name faking a score with a look-alike of "/" (n20g), one huge
   result record (n35), a notebook that answers and then never ends (n34)
 - the system calls the sandbox refuses (vsock, io_uring, keyctl, ptrace)
+- the second red team's: scipy's complex-step derivative where differentiation packages are
+  absent (r2_scipy_complex_step), and two notebooks graded at once passing torch's answers
+  through file locks to the sandbox without torch (r2_lock_client, r2_lock_server; more in
+  tests/test_grading_collusion.py)
 
 The questions whose hidden tests forbid a shortcut now run those tests in a sandbox of their own
 where ``lib`` (and for automatic differentiation ``torch``) is absent, so each shortcut attack
@@ -184,7 +188,91 @@ def poisoned_velocity(a, kappa, p):
         (loss,), (torch.ones_like(loss),), False, False, (leaf,), False, False)
     return (-g).numpy()
 """,
+    # Red team 2, a1b: the loss only, differentiated by scipy's complex step (exact to rounding)
+    "r2_scipy_complex_step": """
+import numpy as np
+from scipy.optimize._numdiff import approx_derivative
+def poisoned_velocity(a, kappa, p):
+    def loss(x):
+        return 0.5 * ((1 - (x ** (kappa - 1)).sum()) ** 2 + (1 - (x ** (kappa - p)).sum()) ** 2)
+    return -approx_derivative(loss, np.asarray(a, dtype=float), method="cs")
+""",
 }
+# Red team 2, pt5: two notebooks graded at once talking through byte-range read locks on a file
+# both sandboxes see read-only. The client, in the sandbox without torch, sends each hidden
+# input as lock bits; the server, in its run with torch, differentiates and sends the answer.
+LOCK_CHANNEL = """
+import fcntl, json, os, struct, time
+import numpy as np
+def _lock(kind, offset):
+    return struct.pack("hhqqi4x", kind, 0, offset, 1, 0)
+class Channel:
+    def __init__(self):
+        self.fd = os.open("/usr/bin/env", os.O_RDONLY)
+        self.probe = os.open("/usr/bin/env", os.O_RDONLY)
+    def set(self, offset):
+        fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _lock(fcntl.F_RDLCK, offset))
+    def get(self, offset):
+        held = fcntl.fcntl(self.probe, fcntl.F_OFD_GETLK, _lock(fcntl.F_WRLCK, offset))
+        return struct.unpack("hhqqi4x", held)[0] != fcntl.F_UNLCK
+    def send(self, base, data):
+        data = len(data).to_bytes(4, "big") + data
+        for i, byte in enumerate(data):
+            for bit in range(8):
+                if byte >> bit & 1:
+                    self.set(base + 1 + 8 * i + bit)
+        self.set(base)
+    def receive(self, base, seconds):
+        end = time.time() + seconds
+        while not self.get(base):
+            if time.time() > end:
+                return None
+            time.sleep(0.002)
+        def read(first, n):
+            return bytes(sum(self.get(base + 1 + 8 * i + b) << b for b in range(8))
+                         for i in range(first, first + n))
+        return read(4, int.from_bytes(read(0, 4), "big"))
+try:
+    import torch
+    _has_torch = "absent" not in repr(torch.zeros)
+except Exception:
+    _has_torch = False
+def _autograd(a, kappa, p):
+    x = torch.tensor(np.asarray(a, dtype=float), dtype=torch.float64, requires_grad=True)
+    loss = 0.5 * ((1 - (x ** (kappa - 1)).sum()) ** 2 + (1 - (x ** (kappa - p)).sum()) ** 2)
+    loss.backward()
+    return (-x.grad).numpy()
+"""
+LOCK_SERVER = (
+    LOCK_CHANNEL
+    + """
+poisoned_velocity = _autograd
+if _has_torch:  # serve for 30 s (the client's run without torch would overlap)
+    _channel, _k, _end = Channel(), 0, time.time() + 30
+    while time.time() < _end:
+        asked = _channel.receive(10**9 + _k * 10**6, 0.5)
+        if asked is not None:
+            answer = _autograd(*json.loads(asked)).tolist()
+            _channel.send(2 * 10**9 + _k * 10**6, json.dumps(answer).encode())
+            _k += 1
+"""
+)
+LOCK_CLIENT = (
+    LOCK_CHANNEL
+    + """
+_channel, _asked = None, [0]
+def poisoned_velocity(a, kappa, p):
+    global _channel
+    if _has_torch:
+        return _autograd(a, kappa, p)
+    _channel = _channel or Channel()
+    k = _asked[0]
+    _asked[0] += 1
+    _channel.send(10**9 + k * 10**6, json.dumps([np.asarray(a).tolist(), kappa, p]).encode())
+    answer = _channel.receive(2 * 10**9 + k * 10**6, 10)
+    return np.zeros_like(a) if answer is None else np.array(json.loads(answer))
+"""
+)
 
 
 def _solution(bundle: Path, name: str):
@@ -287,6 +375,9 @@ def poisoning(bundle, tmp_path_factory):
     for attack, code in PT_ATTACKS.items():
         nb = _replace_answer(_solution(bundle, name), "poisoned_velocity", code)
         nbformat.write(nb, folder / f"{attack}.ipynb")
+    for attack, code in (("r2_lock_client", LOCK_CLIENT), ("r2_lock_server", LOCK_SERVER)):
+        nb = _replace_answer(_solution(bundle, name), "poisoned_velocity", code)
+        nbformat.write(nb, folder / f"{attack}.ipynb")
     rows, messages = _grade(folder, name)
     return {"rows": rows, "messages": messages}
 
@@ -313,6 +404,16 @@ def test_poisoning_shortcuts_lose_exactly_their_question(poisoning, attack):
     assert _scores(poisoning["rows"]["a_solution.ipynb"], points) == points
     row = poisoning["rows"][f"{attack}.ipynb"]
     assert _scores(row, points) == {**points, "q1": 0.0}, row["status"]
+
+
+def test_colluding_sandboxes_cannot_talk_through_file_locks(poisoning):
+    """Red team 2's pt5, graded two at a time: the client, whose q1 runs without torch, scored
+    full marks on answers the server computed with torch.autograd. Now each loses q1 (the
+    client's channel calls are refused, and its run without torch runs alone)."""
+    points = _points("poisoning-theorem")
+    for name in ("r2_lock_client.ipynb", "r2_lock_server.ipynb"):
+        row = poisoning["rows"][name]
+        assert _scores(row, points) == {**points, "q1": 0.0}, (name, row["status"])
 
 
 def test_hostile_metadata_is_one_row_of_zero_and_the_rest_is_graded(ssm):
