@@ -143,6 +143,10 @@ def _tensor_mutations(value: torch.Tensor):
     if value.is_floating_point():
         # autograd policy: a tensor that requires grad is used for its values (or rejected)
         out.append(("requires_grad", value.detach().clone().requires_grad_(True), "convert"))
+    if value.is_floating_point() and value.dtype == DT:
+        # squares overflow, the answer need not: a silent 0 or inf where a norm goes through inf
+        out.append(("1e200", torch.full_like(value, 1e200), "big"))
+        out.append(("1e-200", torch.full_like(value, 1e-200), "bad"))
     if value.numel() > 1:
         out.append(("constant", torch.full_like(real, 0.7), "bad"))
         out.append(("one entry 1e300", _one_entry(real), "big"))
@@ -439,7 +443,7 @@ INPUT_CLASSES = {
     "integer dtype": ("int64 tensor", "int64 rounded", "int64 entry", "int64 a", "numpy int"),
     "float32 dtype": ("float32", "float32 entry", "float32 b"),
     "complex": ("complex", "complex entry", "returns complex"),
-    "huge (1e300)": ("1e300", "1e300 entry", "1e300 a", "one entry 1e300"),
+    "huge (1e300)": ("1e300", "1e300 entry", "1e300 a", "one entry 1e300", "1e200", "1e-200"),
     "constant data": ("constant", "zeros", "constant images"),
     "device": ("unknown name", "upper case", "absent GPU", "torch.device"),
     "malformed file": tuple(f"{kind}: {label}" for kind in ("file", "folder")

@@ -76,10 +76,23 @@ def _oracle_gelu(result, y):
     return same(result, y * 0.5 * (1 + np.vectorize(math.erf)(y / math.sqrt(2))), rtol=1e-6)
 
 
+def _scale(x: np.ndarray, axis: int) -> np.ndarray:
+    """max |x| along ``axis`` (1 where it is 0): dividing by it keeps squares finite."""
+    top = np.abs(x).max(axis=axis, keepdims=True)
+    return np.where(top > 0, top, 1.0)
+
+
 def _oracle_layer_norm(result, z):
+    """(z − mean) / √(mean(c²) + ε) over axis 1, in units of each column's largest |entry| (so
+    that entries of 1e200, whose squares overflow, are normalized too)."""
     z = _np64(z)
-    c = z - z.mean(1, keepdims=True)
-    return same(result, c / np.sqrt((c * c).mean(1, keepdims=True) + 1e-5), rtol=1e-5)
+    if z.ndim != 3:
+        return False
+    s = _scale(z, 1)
+    c = z / s - (z / s).mean(1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a constant column: c = 0, LN is 0
+        norm = c / np.sqrt((c * c).mean(1, keepdims=True) + 1e-5 / (s * s))
+    return same(result, np.where(c == 0, 0.0, norm), rtol=1e-5)
 
 
 def _oracle_row_weights(result, length, row_length):
@@ -89,6 +102,7 @@ def _oracle_row_weights(result, length, row_length):
 
 def _oracle_rel_size(result, delta, last):
     d = _np64(delta)
+    d = d / _scale(d, -1)  # the ratio is scale-free; this keeps 1e200 and 1e-200 rows normal
     total = np.sqrt((d * d).sum(-1))
     tail = np.sqrt((d[..., -int(last) :] ** 2).sum(-1))
     return (
