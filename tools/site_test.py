@@ -25,7 +25,7 @@ failure only through its consequences (math not typeset, an image missing). For 
   published from, whose files are the site's files).
 
 - every page's footer links to the whole book as one PDF, and ``book.pdf`` is in the site and is
-  a PDF (``tools/pdf.py`` makes it);
+  a PDF (``tools/pdf.py`` makes it; see book.pdf below);
 - display equations: none is wider than its column, at 1280 px and at 390 px (a phone), except
   those that ``tools/site_allow.json`` names with a reason (an entry there that names no
   overflowing equation is stale, and fails);
@@ -36,6 +36,20 @@ failure only through its consequences (math not typeset, an image missing). For 
 - explorations: each multi-slider figure has one slider per entry of its ``data-parameters``,
   and the parameters that the text marks as ``span.param`` between the previous heading and the
   figure are exactly its sliders;
+- MathJax: no error in any formula (an merror node: an unknown environment, an extension that
+  did not load; or noundefined's red \\name for an undefined macro), read from MathJax's own tree;
+- inline formulas: none is cut off, at 1280 px and at 390 px (wider than the box that holds it,
+  and that box does not scroll); the widest one that scrolls at 390 px is kept as
+  ``inline-formula-390.png`` and ``inline-formula-390-end.png`` (scrolled to its end);
+- at 390 px the page is no wider than the window (it would scroll sideways as a whole), and each
+  sidebar toggle a reader sees opens its panel with its links in the window (the table of
+  contents must have one on every page); the first open table of contents is kept as
+  ``toc-open-390.png``;
+- prose also: no degenerate range ("10.0000 to 10.0000", "400 to 400") and no numpy/torch repr
+  ("[0.32001 0.34 ]", "np.float64(...)"); alt text holds no TeX;
+- links into the site: the page exists and has the element the fragment names;
+- book.pdf: it has an outline, and every link stays in the PDF or goes to the web, never to the
+  local machine (the print server) nor to a file the published site lacks;
 - figure legibility: every PNG of the article carries ``lib.viz``'s text chunks
   ``book:min-font-pt`` and ``book:dpi``, and its smallest text is displayed at >= 10 CSS px at
   1280 px (at 390 px, sizes under 7 px are listed for information).
