@@ -161,8 +161,10 @@ book: $(STAMP) $(MATHJAX)
 	@echo "The book is in _build/html/index.html"
 
 # Every page of the built book in headless Chromium (Debian's; installed with apt-get when missing
-# and root), with every request for another host blocked: math typeset, figures, animations and
-# sliders, collapsed solutions, notebook links, no console errors (tools/site_test.py). To test a
+# and root), with every request for another host blocked: math typeset with no MathJax error and
+# no inline formula cut off, figures, animations and sliders, collapsed solutions, notebook links,
+# no console errors, at 390 px no page wider than the window and sidebars that open, the PDF's
+# outline and links (tools/site_test.py). To test a
 # book built elsewhere without rebuilding: .venv/bin/python tools/site_test.py PATH/TO/html
 # (after `make pdf`, so that the footer's PDF link resolves)
 site-test: pdf
