@@ -2,8 +2,8 @@
 be fixed are limits, stated in book/course.md):
 
 - two submissions graded at once talking through file locks on a file both sandboxes see
-  read-only (the sandbox refuses file locks and notifications; a sandbox that lacks a package
-  runs alone: :class:`grading._Turns`);
+  read-only (the sandbox refuses file locks and notifications; a sandbox runs only beside
+  sandboxes that lack the same packages: :class:`grading._Turns`);
 - scipy's complex-step derivative (``scipy.optimize._numdiff.approx_derivative``) where
   differentiation packages are absent (it is absent too, its compiled file included);
 - raw HTML in a written answer forging a classmate's section in ``written/`` (answers are shown
@@ -16,6 +16,7 @@ machine may be loaded many times over: they bound a hang, nothing honest comes n
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import sys
 import textwrap
@@ -150,17 +151,17 @@ def test_without_autodiff_scipys_numerical_derivatives_are_absent():
     assert present == {"cs_works": 1.0, "fprime_works": 1.0, "compiled_works": 1.0}, present
 
 
-def test_a_run_that_lacks_a_package_runs_alone():
-    """While a submission's sandbox with an absent package runs, no other submission's sandbox
-    does (so no channel between two sandboxes, timing included, reaches it); sandboxes that lack
-    nothing still run together. Four submissions on two threads, with the sandbox replaced by a
-    recorder of when each run starts and ends."""
+def test_a_sandbox_runs_only_beside_sandboxes_lacking_the_same_packages():
+    """While a submission's sandbox runs, no other submission's sandbox that lacks other packages
+    does (so no channel between two sandboxes, timing included, brings a sandbox what it lacks);
+    sandboxes of the same level still run together. Six submissions on three threads, with the
+    sandbox replaced by a recorder of when each run starts and ends."""
     intervals: list[tuple[tuple[str, ...], float, float]] = []
     lock = threading.Lock()
 
     def fake_execute(cells, variants, settings, absent=()):
         start = time.monotonic()
-        time.sleep(0.15)
+        time.sleep(0.1)
         with lock:
             intervals.append((absent, start, time.monotonic()))
         return grading.Run(finished=True)
@@ -169,26 +170,21 @@ def test_a_run_that_lacks_a_package_runs_alone():
     turns = grading._Turns()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(grading, "execute", fake_execute)
-        threads = [
-            threading.Thread(
-                target=grading.execute_all, args=([], levels, grading.Settings(), turns)
-            )
-            for _ in range(4)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-    assert len(intervals) == 12
-    for absent, start, end in intervals:
-        if absent:
-            others = [iv for iv in intervals if iv[1:] != (start, end)]
-            assert all(e <= start or s >= end for _, s, e in others), (absent, intervals)
-    shared = [iv for iv in intervals if not iv[0]]
-    overlapping = any(
-        a[1] < b[2] and b[1] < a[2] for i, a in enumerate(shared) for b in shared[i + 1 :]
-    )
-    assert overlapping  # those that lack nothing still run two (here four) at a time
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            runs = [
+                pool.submit(grading.execute_all, [], levels, grading.Settings(), turns)
+                for _ in range(6)
+            ]
+            for run in runs:
+                run.result(timeout=60)
+    assert len(intervals) == 18
+
+    def overlap(a, b):
+        return a[1] < b[2] and b[1] < a[2]
+
+    pairs = [(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1 :] if overlap(a, b)]
+    assert all(a[0] == b[0] for a, b in pairs), pairs  # never beside another level
+    assert {a[0] for a, _ in pairs} >= {()}, intervals  # the same level still runs together
 
 
 FORGED = (

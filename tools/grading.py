@@ -38,9 +38,9 @@ absent (every name of it raises when called, tools/absent_package.py), and with
 ``"torch.autograd"`` also ``torch`` and the packages that differentiate (:data:`AUTODIFF`). The
 shortcut is not blocked in the notebook's process, which could undo any block: the package is
 not there. (Differentiation the notebook writes itself, a complex step or dual numbers in NumPy,
-cannot be made absent: the instructor reads the code.) A sandbox in which something is absent
-runs alone (:class:`_Turns`), so that no colluding submission graded at the same time can
-compute for it what it lacks.
+cannot be made absent: the instructor reads the code.) A sandbox runs only beside sandboxes
+that lack the same packages (:class:`_Turns`), so that no colluding submission graded at the
+same time can compute for it what it lacks.
 """
 
 from __future__ import annotations
@@ -558,40 +558,45 @@ def levels(tests: list[tuple[Test, list[Probe]]]) -> list[tuple[str, ...]]:
 
 
 class _Turns:
-    """Which sandboxes of submissions run at the same time: any number of those that lack
-    nothing, but one that lacks a package (a question's shortcut) runs alone.
+    """Which sandboxes of submissions run at the same time: only those that lack the same
+    packages (a question's shortcut), any number of them.
 
     Two sandboxes running at once can always talk (through the machine's load, its memory, its
     file cache, whatever the kernel shares), and a notebook whose shortcut is absent could ask a
-    colluding submission that has it. While a sandbox with an absent package runs, no other
-    submission's sandbox runs (the reference solution's may: it is not the students' code).
-    Those who wait to run alone go first, so that they are not kept waiting forever."""
+    colluding submission that has it. Sandboxes that lack the same packages can compute nothing
+    for each other that each could not compute itself, so they may run together; a sandbox never
+    runs beside one that has something it lacks (or lacks something it has). The reference
+    solution's sandboxes take no turns: they are not the students' code. Turns are taken in the
+    order asked for, so that no level waits forever."""
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
-        self._shared = 0
-        self._alone = False
-        self._waiting_alone = 0
+        self._running = 0
+        self._level: tuple[str, ...] | None = None
+        self._waiting: dict[int, tuple[str, ...]] = {}
+        self._tickets = 0
 
     @contextlib.contextmanager
-    def turn(self, alone: bool):
+    def turn(self, level: tuple[str, ...]):
         with self._condition:
-            if alone:
-                self._waiting_alone += 1
-                self._condition.wait_for(lambda: not self._alone and not self._shared)
-                self._waiting_alone -= 1
-                self._alone = True
-            else:
-                self._condition.wait_for(lambda: not self._alone and not self._waiting_alone)
-                self._shared += 1
+            ticket = self._tickets
+            self._tickets += 1
+            self._waiting[ticket] = level
+
+            def may_run() -> bool:
+                earlier = (lvl for t, lvl in self._waiting.items() if t < ticket)
+                same = self._running == 0 or self._level == level
+                return same and all(lvl == level for lvl in earlier)
+
+            self._condition.wait_for(may_run)
+            del self._waiting[ticket]
+            self._level = level
+            self._running += 1
         try:
             yield
         finally:
             with self._condition:
-                if alone:
-                    self._alone = False
-                else:
-                    self._shared -= 1
+                self._running -= 1
                 self._condition.notify_all()
 
 
@@ -599,11 +604,11 @@ def execute_all(cells, variants_by_level: dict, settings: Settings, turns=None) 
     """Run ``cells`` once per level (set of absent packages) and merge what came back: each
     test's record comes from the run of its own level only. The notebook's failed cells and
     output are those of its first run (the others fail where they use what is absent).
-    ``turns`` (a submission's runs; not the reference's): a run with something absent runs
-    alone (:class:`_Turns`)."""
+    ``turns`` (a submission's runs; not the reference's): a run never runs beside another
+    submission's run that lacks other packages (:class:`_Turns`)."""
     merged = Run()
     for number, (absent, variants) in enumerate(variants_by_level.items()):
-        with turns.turn(bool(absent)) if turns is not None else contextlib.nullcontext():
+        with turns.turn(absent) if turns is not None else contextlib.nullcontext():
             run = execute(cells, variants, settings, absent)
         merged.results.update(run.results)
         merged.seconds += run.seconds
