@@ -14,8 +14,9 @@ missing key, one value for a pair) — and the outcome is classified (``api_case
     MemoryError/OverflowError | silent nan/inf (ordinary / 1e300-sized inputs) |
     silent wrong answer | hang (> 20 s) | a malformed file's error that does not name the file
 
-The rule: a ValueError from lib, or a correct answer. The acceptance bar: fewer than 2 % of cases
-outside the rule, no silent wrong answer, no hang.
+The rule: a ValueError from lib, or a correct answer. The acceptance bar: no case outside the
+rule (no silent wrong answer or nan, no crash from deep inside, no hang; measured 2026-11-29: 0 of
+15 243 with the fixes of the bad-input review applied).
 
     .venv/bin/python benchmarks/bad_inputs.py            # every module
     .venv/bin/python benchmarks/bad_inputs.py ssm flow   # the cases of these modules only
@@ -156,7 +157,7 @@ def main(modules: list[str]) -> int:
         print()
         for row in outside:
             print("  " + " | ".join(str(v) for v in row))
-    ok = n_out < 0.02 * n_cases and total.get("wrong", 0) == 0 and total.get("hang", 0) == 0
+    ok = n_out == 0
     print()
     print("acceptance:", "met" if ok else "NOT met")
     return 0 if ok else 1
