@@ -14,6 +14,16 @@ The one policy on numeric types, applied by every helper below:
   where a number is expected, and ``"False"`` (truthy!) where a flag is expected.
 * **complex** values, strings, ``None`` and other objects are rejected.
 * **non-finite** values (nan, ±inf) are rejected in inputs.
+* **autograd**: a tensor that requires grad passes through :func:`as_tensor` unchanged where the
+  answer is differentiable; a function that computes in numpy (or trains from the value as a
+  start) takes its values (``detach=True``, :func:`as_array`), never numpy's RuntimeError.
+* **devices** are names this machine has (:func:`as_device`): "CPU", "bogus", 3 or an absent GPU
+  are rejected up front, not at the first allocation.
+* **closures**: a closure lib builds checks the parameter dict it receives
+  (:func:`check_closure_params`: keys, dtypes, shapes), and what a caller's closure returns is
+  checked where lib reads it (:func:`closure_number`, and the engines' own checks of losses and
+  gradients): a missing key, a float32, complex or non-number answer gets a ValueError naming the
+  closure, not a KeyError or a dtype error from inside the arithmetic.
 
 Numerical failures met *during* a computation (a flow that turns nan, an eigensolver that does not
 converge) raise :class:`NumericalFailure`, a ``ValueError`` (and a ``RuntimeError``) whose message
