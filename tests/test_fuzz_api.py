@@ -204,3 +204,37 @@ def test_lanczos_finds_both_ends_of_a_diagonal_spectrum(size, fraction, weights)
     # Lanczos to relative tolerance 1e-10 of the spectral scale; allow 1e-8 for round-off
     assert abs(low - spectrum.min()) <= 1e-8 * scale
     assert abs(high - spectrum.max()) <= 1e-8 * scale
+
+
+def test_the_shared_converters_of_the_input_classes():
+    """lib._checks' converters that fix a class once (the fuzz reaches them through every case;
+    here their contracts, directly)."""
+    from lib._checks import as_array, as_device, check_closure_params, closure_number
+
+    grad = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    assert as_array(grad, "x").tolist() == [1.0, 2.0]  # values, not numpy's RuntimeError
+    assert as_array(torch.tensor([1, 2]), "x").dtype == np.float64  # integers converted
+    with pytest.raises(ValueError, match="float64"):
+        as_array(grad.detach().float(), "x")
+    assert as_device("cpu") == torch.device("cpu")
+    for bad in ("CPU", "bogus", 3, None, "cuda:99"):
+        with pytest.raises(ValueError, match="device"):
+            as_device(bad)
+    shapes = {"a": (2,), "b": None}
+    ok = check_closure_params({"a": grad, "b": torch.ones(3, dtype=torch.float64)}, "p", shapes)
+    assert ok["a"] is grad  # no copy: autograd still reaches it
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        check_closure_params({"a": grad}, "p", shapes)
+    with pytest.raises(ValueError, match=r"p\['a'\].*float64"):
+        check_closure_params({"a": grad.detach().float(), "b": grad}, "p", shapes)
+    with pytest.raises(ValueError, match=r"shape \(2\)"):
+        check_closure_params({"a": torch.ones(3, dtype=torch.float64), "b": grad}, "p", shapes)
+    nan = {"a": torch.full((2,), math.nan, dtype=torch.float64), "b": grad}
+    with pytest.raises(ValueError, match="finite"):
+        check_closure_params(nan, "p", shapes)
+    assert check_closure_params(nan, "p", shapes, finite=False)["a"].isnan().all()
+    assert closure_number(torch.tensor(2.5, dtype=torch.float64), "f(q)") == 2.5
+    assert closure_number(np.int64(3), "f(q)") == 3.0
+    for bad in ("x", None, (1.0, 2.0), np.float32(1.0), torch.ones(2, dtype=torch.float64)):
+        with pytest.raises(ValueError, match=r"f\(q\) must return a real"):
+            closure_number(bad, "f(q)")
