@@ -77,6 +77,9 @@
     true,
   );
   window.addEventListener("resize", later);
+  // a block opened (a proof, a solution, a dropdown) changes the page's height: its formulas
+  // get their widths only then
+  if (window.ResizeObserver) new ResizeObserver(later).observe(document.body);
   window.addEventListener("load", () => {
     const startup = window.MathJax && window.MathJax.startup;
     const typeset = startup && startup.promise ? startup.promise : Promise.resolve();
