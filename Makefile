@@ -77,8 +77,11 @@ SOURCES_HASH = { git ls-files -co --exclude-standard -z -- book lib tools benchm
 SAME_SOURCES = $(shell test -f $(EXECUTED) && git rev-parse --git-dir >/dev/null 2>&1 \
   && test "$$(cat $(EXECUTED))" = "$$($(SOURCES_HASH))" && echo yes)
 
+# The unit tests in two processes (pytest-xdist), except the grading and browser tests
+# ("not_numerics"), which start sandboxes and browsers of their own and run on their own after.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -n 2 -m "not not_numerics"
+	$(BIN)/python -m pytest tests -q -m not_numerics
 	$(if $(SAME_SOURCES),@echo "every chapter was executed by make book from these sources ($(EXECUTED)); not again",$(call run-chapters,300))
 	$(BIN)/python tools/ledger.py check
 	$(RESULTS_CHECK)
@@ -141,7 +144,7 @@ $(MATHJAX): | $(STAMP)
 # another machine would: torch's portable kernels, two torch threads, two OpenMP/OpenBLAS threads.
 # A test that compares floats bit for bit across computation paths fails here (README, "For
 # developers"). Tests marked "not_numerics" (grading, the browser) are left out: no arithmetic.
-PORTABLE_PYTEST := $(BIN)/python -m pytest tests -q -p no:cacheprovider -m "not not_numerics"
+PORTABLE_PYTEST := $(BIN)/python -m pytest tests -q -n 2 -p no:cacheprovider -m "not not_numerics"
 test-portable: $(STAMP)
 	@echo "== unit tests with ATEN_CPU_CAPABILITY=default"
 	ATEN_CPU_CAPABILITY=default $(PORTABLE_PYTEST)
