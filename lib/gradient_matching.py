@@ -293,6 +293,13 @@ def row_weights(length: int, row_length: int) -> torch.Tensor:
     return (rows - 1 - torch.arange(length) // row_length).to(DTYPE)
 
 
+def _row_scale(x: torch.Tensor) -> torch.Tensor:
+    """Each row's largest |entry| (1 for a zero row), (..., 1): dividing by it keeps the squares
+    of a norm finite and normal (entries of 1e200 overflow them, of 1e-200 underflow them)."""
+    top = x.abs().amax(-1, keepdim=True)
+    return torch.where(top > 0, top, torch.ones_like(top))
+
+
 def last_elements_rel_size(delta, last: int) -> float:
     """‖δ_i[−last:]‖₂ / ‖δ_i‖₂ averaged over the poisons i (rows of δ, shape (..., L)).
 
@@ -302,6 +309,7 @@ def last_elements_rel_size(delta, last: int) -> float:
     last = as_int(last, "last", minimum=1)
     if last > delta.shape[-1]:
         raise ValueError(f"last must be at most the sequence length {delta.shape[-1]}, got {last}")
+    delta = delta / _row_scale(delta)  # the ratio is scale-free: no underflow at 1e-200
     total = torch.linalg.vector_norm(delta, dim=-1)
     tail = torch.linalg.vector_norm(delta[..., -last:], dim=-1)
     ratio = torch.where(total > 0, tail / torch.where(total > 0, total, 1.0), 0.0)
@@ -315,7 +323,9 @@ def _check_labels(x: torch.Tensor, labels, name: str) -> torch.Tensor:
 
 def _check_sequences(x, name: str, length: int | None = None) -> torch.Tensor:
     """A finite float64 (n, L) set of n ≥ 1 sequences of L ≥ 1 steps (L = ``length`` if given)."""
-    x = as_tensor(x, name, ndim=2, nonempty=True)
+    # data, not a graph: a tensor that requires grad gives its values (the attack optimizes its
+    # own δ; a graph kept into the victim's training loop is backwarded twice)
+    x = as_tensor(x, name, ndim=2, nonempty=True, detach=True)
     if length is not None and x.shape[1] != length:
         raise ValueError(
             f"{name} must hold sequences of x_train's length {length}, got length {x.shape[1]}"
@@ -767,13 +777,15 @@ def size_ratio(delta, like) -> dict[str, float]:
             f"{tuple(like.shape)}"
         )
     out = {}
+    s_delta, s_like = _row_scale(delta), _row_scale(like)
     for name, order in (("l2", 2.0), ("linf", float("inf"))):
-        a = torch.linalg.vector_norm(delta, ord=order, dim=-1).flatten()
-        b = torch.linalg.vector_norm(like, ord=order, dim=-1).flatten()
+        a = torch.linalg.vector_norm(delta / s_delta, ord=order, dim=-1).flatten()
+        b = torch.linalg.vector_norm(like / s_like, ord=order, dim=-1).flatten()
         keep = b > 0
         if not bool(keep.any()):
             raise ValueError("like is zero for every poison: no size to match")
-        out[name] = float((a[keep] / b[keep]).median())
+        ratio = a[keep] / b[keep] * (s_delta.flatten()[keep] / s_like.flatten()[keep])
+        out[name] = float(_check_result(ratio.median(), f"the {name} size ratio"))
     return out
 
 
@@ -785,7 +797,7 @@ def poisoned_sets(x_train, y_train, poison_index, delta) -> tuple[torch.Tensor, 
     """
     x_train = _check_sequences(x_train, "x_train")
     y_train = _check_labels(x_train, y_train, "y_train")
-    delta = as_tensor(delta, "delta", ndim=3, nonempty=True)
+    delta = as_tensor(delta, "delta", ndim=3, nonempty=True, detach=True)
     if delta.shape[2] != x_train.shape[1]:
         raise ValueError(
             f"delta must have shape (A, P, {x_train.shape[1]}) (x_train's length), "
@@ -805,7 +817,7 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
 
     (p̂ + z²/2n ± z √(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n); z = 1.96 gives 95 % coverage.
     """
-    trials = as_int(trials, "trials", minimum=1)
+    trials = as_int(trials, "trials", minimum=1, maximum=2**53)  # exact as a float
     successes = as_int(successes, "successes", minimum=0)
     if successes > trials:
         raise ValueError(f"successes must be at most trials = {trials}, got {successes}")

@@ -115,7 +115,7 @@ def _check_params(params, name: str = "params") -> dict[str, int]:
         raise ValueError(f"{name} must be an MLP parameter dict {sorted(_SHAPES)}, got {keys}")
     tensors = {}
     for key, axes in _SHAPES.items():
-        if not isinstance(params[key], torch.Tensor):
+        if not isinstance(params[key], torch.Tensor) or params[key].dtype != torch.float64:
             raise ValueError(
                 f"{name}[{key!r}] must be a float64 tensor, got {_describe(params[key])}"
             )

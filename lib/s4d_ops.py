@@ -293,7 +293,11 @@ def channel_layer_norm(z: torch.Tensor) -> torch.Tensor:
 
     First and second derivatives in closed form, (LN1) and (LN2) of the module docstring.
     """
-    out = _channel_layer_norm(_check(z, "z", ndim=3))
+    z = _check(z, "z", ndim=3)
+    # entries beyond ~1e154 overflow (z − mean)²: the norm would come out 0 (1/√inf), silently
+    centred = z.detach() - z.detach().mean(1, keepdim=True)
+    _check_result((centred * centred).sum(1), "the layer norm's variance of z")
+    out = _channel_layer_norm(z)
     return _check_result(out, "the layer norm of z")
 
 

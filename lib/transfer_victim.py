@@ -27,7 +27,15 @@ import numpy as np
 import torch
 
 from lib import mlp_victim, s4d
-from lib._checks import _describe, as_callable, as_int, as_positive_float, as_seeds, as_tensor
+from lib._checks import (
+    _describe,
+    as_callable,
+    as_int,
+    as_positive_float,
+    as_seeds,
+    as_size,
+    as_tensor,
+)
 from lib.s4d import _as_labels, _per_run_cross_entropy
 from lib.s4d_ops import _check_result
 
@@ -54,6 +62,9 @@ class HeadTrainConfig:
 def _one_run(params, name: str) -> Params:
     if not isinstance(params, dict) or not params:
         raise ValueError(f"{name} must be a parameter dict, got {_describe(params)}")
+    for key, value in params.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{name}[{key!r}] must be a tensor, got {_describe(value)}")
     runs = {int(v.shape[0]) for v in params.values() if isinstance(v, torch.Tensor) and v.ndim}
     if runs != {1}:
         raise ValueError(f"{name} must hold exactly one run (the frozen extractor), got {runs}")
@@ -80,14 +91,27 @@ def s4d_features(params: Params) -> Callable[[torch.Tensor], torch.Tensor]:
     s4d._check_params(params)
 
     def phi(x: torch.Tensor) -> torch.Tensor:
-        return s4d._pooled(params, x.to(s4d.MODEL_DTYPE), "auto")[0].T.to(x.device)
+        out = s4d._pooled(params, x.to(s4d.MODEL_DTYPE), "auto")[0].T.to(x.device)
+        return _check_result(out, "the S4D features")
 
     return phi
 
 
-def _phi(features, x: torch.Tensor) -> torch.Tensor:
+def _features(features, x: torch.Tensor, dtype: torch.dtype, feature_dim: int) -> torch.Tensor:
+    """φ(x) for x (n, L), checked: a finite tensor of ``dtype`` and shape (n, feature_dim)."""
+    out = features(x)
+    if not (isinstance(out, torch.Tensor) and out.dtype == dtype and out.ndim == 2
+            and len(out) == len(x)):
+        raise ValueError(f"features(x) must return a {dtype} tensor of shape ({len(x)}, "
+                         f"{feature_dim}), got {_describe(out)}")
+    if out.shape[-1] != feature_dim:
+        raise ValueError(f"features must return {feature_dim} values, got {out.shape[-1]}")
+    return _check_result(out, "the features φ(x)")
+
+
+def _phi(features, x: torch.Tensor, dtype: torch.dtype, feature_dim: int) -> torch.Tensor:
     """φ on a batch of any leading shape (..., L) → (..., F)."""
-    flat = features(x.reshape(-1, x.shape[-1]))
+    flat = _features(features, x.reshape(-1, x.shape[-1]), dtype, feature_dim)
     return flat.reshape(*x.shape[:-1], flat.shape[-1])
 
 
@@ -107,8 +131,8 @@ def victim(
     from lib.gradient_matching import Victim
 
     as_callable(features, "features", "(x) -> phi(x)")
-    feature_dim = as_int(feature_dim, "feature_dim", minimum=1)
-    classes = as_int(classes, "classes", minimum=2)
+    feature_dim = as_size(feature_dim, "feature_dim")
+    classes = as_size(classes, "classes", minimum=2, per=feature_dim)
     if not isinstance(train_config, HeadTrainConfig):
         raise ValueError(
             f"train_config must be a HeadTrainConfig, got {type(train_config).__name__}"
@@ -134,10 +158,7 @@ def victim(
         return torch.baddbmm(params["b"][:, None, :], phi, params["w"].transpose(1, 2))
 
     def logits(params: Params, x: torch.Tensor) -> torch.Tensor:
-        phi = _phi(features, x.to(dtype))
-        if phi.shape[-1] != feature_dim:
-            raise ValueError(f"features must return {feature_dim} values, got {phi.shape[-1]}")
-        return head(params, phi)
+        return head(params, _phi(features, x.to(dtype), dtype, feature_dim))
 
     def train(x, labels, seeds) -> Params:
         seeds = as_seeds(seeds)
@@ -151,7 +172,8 @@ def victim(
             flat, inverse = torch.unique(x.reshape(-1, x.shape[-1]), dim=0, return_inverse=True)
             flat = flat.to(dtype)
             phi = torch.cat(
-                [features(flat[i : i + FEATURE_CHUNK]) for i in range(0, len(flat), FEATURE_CHUNK)]
+                [_features(features, flat[i : i + FEATURE_CHUNK], dtype, feature_dim)
+                 for i in range(0, len(flat), FEATURE_CHUNK)]
             )[inverse].reshape(r, n, -1)
         phi = _check_result(phi, "the frozen features")
         params = {k: v.requires_grad_() for k, v in init(seeds).items()}
@@ -182,6 +204,8 @@ def accuracy(victim_, params: Params, x, labels) -> torch.Tensor:
     runs = int(next(iter(params.values())).shape[0])
     if x.ndim == 2:
         x = x.expand(runs, *x.shape)
+    elif x.shape[0] != runs:
+        raise ValueError(f"x holds {x.shape[0]} data sets for {runs} runs")
     with torch.no_grad():
         pred = victim_._checked_logits(params, x.to(victim_.dtype)).argmax(-1)
     if isinstance(labels, torch.Tensor) and labels.ndim == 1:
