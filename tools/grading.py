@@ -1257,9 +1257,10 @@ def _write_feedback(folder: Path, spec: Assignment, submissions, grades, labels)
 
 
 def _markdown_text(text: str) -> str:
-    """Text shown literally in Markdown: every ASCII punctuation character backslash-escaped (a
-    file name such as ``<!--x.ipynb`` or ``<h2>bob</h2>.ipynb`` is a heading's text, not HTML)."""
-    return re.sub(r"([!-/:-@\\[-`{-~])", r"\\\1", text)
+    """Text shown literally in Markdown: each character that can start markup (HTML, emphasis,
+    code, links, math, a heading's closing ``#``) backslash-escaped, so that a file name such as
+    ``<!--x.ipynb`` or ``<h2>bob</h2>.ipynb`` is a heading's text, not HTML."""
+    return re.sub(r"([\\`*_\[\]<>&!~$|{}#])", r"\\\1", text)
 
 
 def _fenced(answer: str) -> str:
