@@ -28,7 +28,8 @@ Usage (``make reproduce``, ``make reproduce CHAPTERS="poisoning-in-practice"``):
     python benchmarks/reproduce.py --scaling CHAPTER [--tasks N]
         time N of CHAPTER's cheapest tasks on a local Dask cluster of 1, 2 and 4 workers
 
-``BOOK_SCALE`` is set to ``full`` unless it is set already.
+``BOOK_SCALE`` is set to ``full`` unless it is set already (by :func:`main`, not on import: a test
+that imports this module leaves the scale of the tests after it alone).
 """
 
 from __future__ import annotations
@@ -49,8 +50,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-os.environ.setdefault("BOOK_SCALE", "full")
-
 import tasks as taskrun  # noqa: E402
 
 from lib.results import _plain, environment, load_results, results_path, save_results  # noqa: E402
@@ -116,7 +115,7 @@ def reproduce(chapter: str, *, fresh: bool = False, progress: bool = True) -> Pa
     """Run one chapter's tasks and write its results file."""
     mod = module(chapter)
     chapter_tasks = mod.tasks()
-    cache = CACHE / f"{chapter}-{os.environ['BOOK_SCALE']}"
+    cache = CACHE / f"{chapter}-{os.environ.get('BOOK_SCALE', 'fast')}"
     if fresh and cache.exists():
         shutil.rmtree(cache)
     start = time.perf_counter()
@@ -130,7 +129,8 @@ def reproduce(chapter: str, *, fresh: bool = False, progress: bool = True) -> Pa
     if missing:
         raise ValueError(f"{mod.__name__}.finish() must return {sorted(missing)} as well")
     plain = json.loads(json.dumps(_plain(record["results"])))
-    command = f"BOOK_SCALE={os.environ['BOOK_SCALE']} python benchmarks/reproduce.py {chapter}"
+    command = (f"BOOK_SCALE={os.environ.get('BOOK_SCALE', 'fast')} python "
+               f"benchmarks/reproduce.py {chapter}")
     path = save_results(chapter, command=command, seconds=seconds,
                         tasks=task_records(chapter_tasks, plain), **record)
     shutil.rmtree(cache, ignore_errors=True)  # written: a later run starts afresh
@@ -306,6 +306,7 @@ def scaling(chapter: str, count: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    os.environ.setdefault("BOOK_SCALE", "full")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*")
     parser.add_argument("--fresh", action="store_true")
