@@ -910,10 +910,12 @@ def _compared_text(entry: dict) -> str:
 
 def _cell(text: str | None) -> str:
     """A chapter's words (item, setting, reason) for a table cell: bars escaped, and numbers
-    written as the rest of the book writes them (``lr 1e-3`` -> ``lr 10⁻³``)."""
+    written as the rest of the book writes them (``lr 1e-3`` -> ``lr 10⁻³``; a range whose ends
+    print the same, ``400–400``, as one number)."""
     from lib import typeset
 
-    return typeset.scientific((text or "").replace("|", r"\|").replace("\n", " "))
+    return typeset.collapse_ranges(
+        typeset.scientific((text or "").replace("|", r"\|").replace("\n", " ")))
 
 
 def rule_markdown() -> str:

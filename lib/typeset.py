@@ -132,6 +132,26 @@ def column(values: Sequence, digits: int = 3) -> list[str]:
     return cells
 
 
+#: A number as prose writes it (a sign, digits grouped by commas or spaces, a decimal part).
+_NUMBER = r"[−-]?\d+(?:[.,\u00a0\u202f ]\d+)*"
+#: A range whose two ends are the same number ("400–400", "7 to 7"); not a chain of sizes
+#: ("64–32–32–10") nor a number before a mantissa ("5 to 5 × 10⁻⁶").
+_DEGENERATE = re.compile(
+    rf"(?<![\w.,−–—-])({_NUMBER})(?:\s*[–—]\s*|\s+to\s+|\s+-\s+)\1(?![\w]|[.,]\d|\s*[–—×])"
+)
+
+
+def collapse_ranges(text: str) -> str:
+    """``text`` with every range whose two ends print the same written as that one number.
+
+    For prose assembled from recorded strings (the ledger's notes), where :func:`number_range`
+    was not the writer: "the reading 400–400" becomes "the reading 400".
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {_describe(text)}")
+    return _DEGENERATE.sub(r"\1", text)
+
+
 def number_range(low, high, spec: str = "", separator: str = " to ") -> str:
     """The range from ``low`` to ``high``, each written by :func:`number` with ``spec``:
     ``number_range(0.12, 0.47, ".2f") == "0.12 to 0.47"``.
