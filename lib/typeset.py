@@ -145,7 +145,7 @@ def collapse_ranges(text: str) -> str:
     """``text`` with every range whose two ends print the same written as that one number.
 
     For prose assembled from recorded strings (the ledger's notes), where :func:`number_range`
-    was not the writer: "the reading 400–400" becomes "the reading 400".
+    was not the writer: a reading whose two ends are both 400 is written "the reading 400".
     """
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {_describe(text)}")
