@@ -7,6 +7,16 @@ exponent is dropped (``1.0e+00`` becomes ``1.0``), and so is a mantissa of exact
 without decimals (``1e-06`` becomes ``10⁻⁶``; ``1.0e-06`` keeps its precision, ``1.0 × 10⁻⁶``).
 The same rewriting is applied to glued text on the built pages and in the downloadable notebooks
 (:func:`scientific`).
+
+One convention for the digits around a number, everywhere the book prints one (:func:`scientific`
+applies it, so glued text, tables, slider labels and the Reproductions page all follow it):
+
+- thousands: a whole part of five or more digits is grouped in threes with a no-break space
+  (``200000`` and ``200,000`` become ``200 000``); four digits stay together (``5000``, and
+  ``4,500`` becomes ``4500``), as the SI brochure and most style guides write them;
+- a minus sign is U+2212 (``-0.43`` becomes ``−0.43``), never a hyphen;
+- a range between two numbers is an unspaced en dash (``19.9 – 20.1`` becomes ``19.9–20.1``), or
+  written with "to".
 """
 
 from __future__ import annotations
@@ -44,16 +54,47 @@ def _power(mantissa: str, exponent: str) -> str:
     return sign + body
 
 
+# Thousands written with commas ("20,000", "1,234.5"); not a list of numbers written without
+# spaces after its commas when a part is not three digits ("64,128" is taken as 64128, "1,2" not).
+_COMMA_GROUPED = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+)(?![\w]|,\d)")
+# A whole part of five or more digits written as one run ("200000"); not a decimal part, nor a
+# number inside an identifier, a path, a version or a reference ("v12345", "a/12345", "#12345").
+_LONG_RUN = re.compile(r"(?<![\w.,#/\\:@-])(\d{5,})(?![\w]|,\d)")
+# A hyphen-minus used as a minus sign: before a digit, at the start of a token ("-0.43", "(-1,");
+# not a hyphen inside a word, a date or a chain ("x-1", "2026-11-29", "64-32").
+_HYPHEN_MINUS = re.compile(r"(?<![\w.,)\]}−-])-(?=\.?\d)")
+# A spaced en dash between two numbers ("19.9 – 20.1").
+_SPACED_RANGE = re.compile(r"(?<=\d)[ \u00a0\u202f\u2009]+–[ \u00a0\u202f\u2009]+(?=[−\d])")
+
+
+def group_digits(digits: str) -> str:
+    """A whole part ``digits`` as the book writes it: five or more digits grouped in threes with
+    no-break spaces (``"200000"`` -> ``"200 000"``), four or fewer as they are (``"5000"``)."""
+    if not isinstance(digits, str) or not digits.isdigit():
+        raise ValueError(f"digits must be a string of decimal digits, got {_describe(digits)}")
+    if len(digits) < 5:
+        return digits
+    head = len(digits) % 3 or 3
+    return NBSP.join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+
+
 def scientific(text: str) -> str:
-    """``text`` with every e-notation number written as a power of ten (see the module's doc).
+    """``text`` with every number written as the book writes it (see the module's doc): e-notation
+    as a power of ten, thousands grouped by no-break spaces from five digits on, a minus sign for a
+    hyphen-minus before a number, an unspaced en dash between the ends of a range.
 
     ``scientific("4.8e-04 and 2.1e+10") == "4.8 × 10⁻⁴ and 2.1 × 10¹⁰"`` (with no-break spaces);
     a bare mantissa 1 is dropped: ``"1e-06"`` becomes ``"10⁻⁶"``; signs are kept (``+``, and
-    ``−`` for a minus).
+    ``−`` for a minus). ``scientific("-0.43 after 200,000 steps (19.9 – 20.1)")`` is
+    ``"−0.43 after 200 000 steps (19.9–20.1)"``; ``"4,500"`` becomes ``"4500"``.
     """
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {_describe(text)}")
-    return _E_TOKEN.sub(lambda m: _power(m.group(1), m.group(2)), text)
+    text = _E_TOKEN.sub(lambda m: _power(m.group(1), m.group(2)), text)
+    text = _HYPHEN_MINUS.sub(MINUS, text)
+    text = _COMMA_GROUPED.sub(lambda m: group_digits(m.group(1).replace(",", "")), text)
+    text = _LONG_RUN.sub(lambda m: group_digits(m.group(1)), text)
+    return _SPACED_RANGE.sub("–", text)
 
 
 def _as_real(value, name: str) -> float | int:
@@ -84,13 +125,16 @@ def number(value, spec: str = "") -> str:
 
 
 def column(values: Sequence, digits: int = 3) -> list[str]:
-    """One column of a table, every number at the same precision.
+    """One column of a table, each number with ``digits`` significant digits.
 
-    If the column's non-zero magnitudes span [10⁻², 10⁴), every entry is written with the same
-    number of decimals, enough to show ``digits`` significant digits of the smallest non-zero one
-    (at most 6; none when every one is a whole number); otherwise every entry is written as
-    m × 10ⁿ with ``digits`` significant digits.
-    Integers stay integers; strings and ``None`` (shown as an em dash) pass through.
+    The digits are chosen by what each number carries, not by its neighbours: 19.999999 and 0.0123
+    in one column are ``20.0`` and ``0.0123`` with ``digits=3`` (a column set at the smallest
+    one's precision printed ``19.99999``); an exact zero is ``0`` (not a column of ``0.00000``).
+    If the column's non-zero magnitudes span [10⁻², 10⁴), a number is written with decimals (at
+    most 6); otherwise every entry is written as m × 10ⁿ with ``digits`` significant digits. A
+    column of whole numbers is written without decimals. Integers stay integers; ``None`` is an
+    em dash; strings pass through :func:`scientific` (the book's one convention for the numbers
+    they hold: "23,500" is written "23 500").
     """
     if isinstance(values, str) or not isinstance(values, Sequence):
         raise ValueError(f"values must be a list of cells, got {_describe(values)}")
@@ -106,13 +150,13 @@ def column(values: Sequence, digits: int = 3) -> list[str]:
             floats.append(abs(v))
     nonzero = [v for v in floats if v != 0]
     sci = bool(nonzero) and (min(nonzero) < 1e-2 or max(nonzero) >= 1e4)
-    if nonzero and not sci and all(v.is_integer() for v in floats):
-        decimals = 0  # 1.0, 10.0, 100.0: whole numbers, written as such
-    elif nonzero and not sci:
-        smallest = min(nonzero)
-        decimals = min(6, max(0, digits - 1 - math.floor(math.log10(smallest))))
-    else:
-        decimals = digits - 1
+    whole = bool(nonzero) and not sci and all(v.is_integer() for v in floats)
+
+    def decimals(v: float) -> int:
+        if whole or v == 0:
+            return 0  # 1.0, 10.0, 100.0: whole numbers, written as such; a zero is 0
+        return min(6, max(0, digits - 1 - math.floor(math.log10(abs(v)))))
+
     cells = []
     for v in values:
         if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
@@ -120,13 +164,15 @@ def column(values: Sequence, digits: int = 3) -> list[str]:
         if v is None:
             cells.append("—")
         elif isinstance(v, str):
-            cells.append(v)
+            cells.append(scientific(v))
         elif isinstance(v, (bool, np.bool_)):
             cells.append(str(bool(v)))
         elif isinstance(v, int):
             cells.append(number(v))
+        elif isinstance(v, float) and sci and v != 0:
+            cells.append(number(v, f".{digits - 1}e"))
         elif isinstance(v, float):
-            cells.append(number(v, f".{digits - 1}e" if sci else f".{decimals}f"))
+            cells.append(number(v, f".{decimals(v)}f"))
         else:
             raise ValueError(f"a table cell must be a number or a string, got {_describe(v)}")
     return cells

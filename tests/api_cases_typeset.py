@@ -27,7 +27,7 @@ def read_back(text: str) -> float:
         if mantissa in ("-", "+"):
             mantissa += "1"
         return float(mantissa) * 10 ** int(power.translate(_FROM_SUPERSCRIPT))
-    return float(text.replace(",", ""))
+    return float(text.replace(",", "").replace(" ", ""))
 
 
 def _oracle_number(result, value, spec=""):

@@ -21,3 +21,40 @@ def test_collapse_ranges(text, expected):
 def test_collapse_ranges_rejects_a_non_string():
     with pytest.raises(ValueError, match="text must be a string"):
         typeset.collapse_ranges(400)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("after 200000 steps", "after 200\u00a0000 steps"),
+    ("then 20,000 more and 4,500 clean", "then 20\u00a0000 more and 4500 clean"),
+    ("seed 4603 at 34851", "seed 4603 at 34\u00a0851"),
+    ("1234567.25", "1\u00a0234\u00a0567.25"),
+    ("-0.43, against (-1, 1)", "\u22120.43, against (\u22121, 1)"),
+    ("-23654", "\u221223\u00a0654"),
+    ("19.9 (19.8 – 20.1)", "19.9 (19.8–20.1)"),
+    # left alone: dates, chains of sizes, identifiers, decimals, references, lists
+    ("2026-11-29, 64-32-32-10, x-1, v12345, #12345, arXiv:2302.12345, 0.123456, 1,2",
+     "2026-11-29, 64-32-32-10, x-1, v12345, #12345, arXiv:2302.12345, 0.123456, 1,2"),
+])
+def test_scientific_writes_one_convention_for_digits(text, expected):
+    assert typeset.scientific(text) == expected
+
+
+def test_number_groups_thousands_whatever_the_spec():
+    assert typeset.number(200000) == typeset.number(200000, ",d") == "200\u00a0000"
+    assert typeset.number(4500, ",.0f") == "4500"
+    assert typeset.number(-1234567.5, ".1f") == "\u22121\u00a0234\u00a0567.5"
+
+
+def test_group_digits_rejects_what_is_not_digits():
+    assert typeset.group_digits("1000000") == "1\u00a0000\u00a0000"
+    with pytest.raises(ValueError, match="digits"):
+        typeset.group_digits("12a45")
+
+
+def test_column_digits_follow_each_number():
+    # a column with 19.999999 and 0.0123 was set at the smallest one's precision: 19.99999
+    assert typeset.column([19.999999, 0.0123, 0.0, 7.992671], 4) == [
+        "20.00", "0.01230", "0", "7.993"]
+    assert typeset.column([1.0, 10.0, 0.0]) == ["1", "10", "0"]
+    # strings follow the same convention as glued text
+    assert typeset.column(["23,500 at -0.4"]) == ["23\u00a0500 at \u22120.4"]

@@ -152,9 +152,10 @@ def test_table_formats_numbers_and_escapes_html(monkeypatch):
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     table(["small", "plain", "text"], [[0.00127, 12.5, None], [0.5, 1.25, "x"]])
     (out,) = shown
-    # one precision a column; e-notation as a power of ten; None as a dash
+    # significant digits by each number (not the column's smallest); e-notation as a power of ten
+    # for a column that spans beyond [10⁻², 10⁴); None as a dash
     assert [row[0] for row in out.rows] == ["1.27\u00a0×\u00a010⁻³", "5.00\u00a0×\u00a010⁻¹"]
-    assert [row[1] for row in out.rows] == ["12.50", "1.25"]
+    assert [row[1] for row in out.rows] == ["12.5", "1.25"]
     assert [row[2] for row in out.rows] == ["—", "x"]
     with pytest.raises(ValueError, match="finite"):
         table(["a"], [[float("nan")]])
