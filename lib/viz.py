@@ -445,9 +445,17 @@ class Choice:
         return self.options[0]
 
     def frames(self, count: int) -> list:
-        """The options (``count``, checked like a :class:`Slider`'s, is not needed)."""
+        """The options (``count``, checked like a :class:`Slider`'s, is not needed); numbers in
+        increasing order whatever order they are given in, so that a slider runs from its
+        smallest value to its largest (a teacher dimension 4, 3, 2 ran backwards); the default
+        stays the first option given."""
         _check_frames(count, "count")
-        return list(self.options)
+        options = list(self.options)
+        numeric = all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+            for v in options
+        )
+        return sorted(options) if numeric else options
 
 
 def _as_spec(name: str, spec) -> Slider | Choice:
@@ -473,7 +481,7 @@ def _widget(name: str, spec: Slider | Choice):
     }
     if isinstance(spec, Choice):
         return widgets.Dropdown(
-            options=list(spec.options), value=spec.default, description=name, style=common["style"]
+            options=spec.frames(1), value=spec.default, description=name, style=common["style"]
         )
     if spec.log:
         return widgets.FloatLogSlider(
@@ -571,14 +579,19 @@ _GRID_SCRIPT = """<script>
   var root = document.getElementById("%(uid)s");
   var frames = %(frames)s, labels = %(labels)s;
   var image = root.querySelector("img"), sliders = root.querySelectorAll("input[type=range]");
+  var alt = image.getAttribute("alt"), status = root.querySelector(".slider-grid-status");
   function show() {
-    var index = 0;
+    var index = 0, chosen = [];
     sliders.forEach(function (slider, k) {
       var i = parseInt(slider.value, 10);
       index = index * labels[k].length + i;
       slider.nextElementSibling.textContent = labels[k][i];
+      slider.setAttribute("aria-valuetext", labels[k][i]);
+      chosen.push(slider.name + " " + labels[k][i]);
     });
     image.src = frames[index];
+    image.alt = alt + " Shown: " + chosen.join(", ") + ".";
+    if (status) status.textContent = "Showing " + chosen.join(", ") + ".";
   }
   sliders.forEach(function (slider) { slider.addEventListener("input", show); });
   show();
@@ -649,6 +662,11 @@ def slider_grid_html(
     most ``MAX_GRID_FRAMES`` frames and ``GRID_BUDGET_BYTES`` bytes). Each slider starts at its
     parameter's default (the nearest grid value for a :class:`Slider`). The ``div`` carries
     ``data-parameters`` (the sliders' names, ``|``-separated) and the image's alt text ``alt``.
+
+    For a reader who does not see the picture: each slider's ``aria-valuetext`` is the value its
+    label shows (an architecture's name, not its index), the image's alt text ends with the
+    values of the frame shown ("... Shown: attack gradient matching, seed 2."), and a visually
+    hidden ``aria-live`` region announces them when a slider moves.
     """
     import base64
     import itertools
@@ -718,6 +736,8 @@ def slider_grid_html(
         f'<div class="slider-grid" id="{uid}" '
         f'data-parameters="{html.escape("|".join(names))}">'
         f'<img alt="{html.escape(alt)}" style="max-width:100%;width:{round(figsize[0] * 100)}px">'
-        f'<div style="display:flex;flex-wrap:wrap;gap:0.3em 1.5em">{controls}</div></div>\n'
-        f"{script}"
+        f'<div style="display:flex;flex-wrap:wrap;gap:0.3em 1.5em">{controls}</div>'
+        f'<span class="slider-grid-status" aria-live="polite" style="position:absolute;'
+        f'width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap"></span>'
+        f"</div>\n{script}"
     )
