@@ -481,7 +481,7 @@ def _widget(name: str, spec: Slider | Choice):
     }
     if isinstance(spec, Choice):
         return widgets.Dropdown(
-            options=spec.frames(1), value=spec.default, description=name, style=common["style"]
+            options=spec.frames(2), value=spec.default, description=name, style=common["style"]
         )
     if spec.log:
         return widgets.FloatLogSlider(
