@@ -998,7 +998,9 @@ def page_markdown(ledger: dict) -> str:
             for chapter, entry in printed:
                 status = entry["status"]
                 if status == "differs":
-                    status += f": {entry['reason']} ({{ref}}`why <{entry['explain']}>`)"
+                    # the link names the section that explains it ("why: 5.3 The seed"), not
+                    # only "why" (one of 79 such links, on a page read by its links)
+                    status += f": {entry['reason']} (why: {{ref}}`{entry['explain']}`)"
                 extras = [s for s in (entry["setting"], entry["note"]) if s]
                 item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
                 where = f"{{doc}}`{chapter}`, {{ref}}`{entry['section']}`"
