@@ -666,7 +666,9 @@ def slider_grid_html(
     For a reader who does not see the picture: each slider's ``aria-valuetext`` is the value its
     label shows (an architecture's name, not its index), the image's alt text ends with the
     values of the frame shown ("... Shown: attack gradient matching, seed 2."), and a visually
-    hidden ``aria-live`` region announces them when a slider moves.
+    hidden ``aria-live`` region announces them when a slider moves. The image sits in its own
+    ``div.slider-grid-frame``, which scrolls sideways on a phone while the sliders stay in view
+    (``book/_static/book.css``).
     """
     import base64
     import itertools
@@ -735,7 +737,8 @@ def slider_grid_html(
     return (
         f'<div class="slider-grid" id="{uid}" '
         f'data-parameters="{html.escape("|".join(names))}">'
-        f'<img alt="{html.escape(alt)}" style="max-width:100%;width:{round(figsize[0] * 100)}px">'
+        f'<div class="slider-grid-frame"><img alt="{html.escape(alt)}" '
+        f'style="max-width:100%;width:{round(figsize[0] * 100)}px"></div>'
         f'<div style="display:flex;flex-wrap:wrap;gap:0.3em 1.5em">{controls}</div>'
         f'<span class="slider-grid-status" aria-live="polite" style="position:absolute;'
         f'width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap"></span>'

@@ -94,6 +94,40 @@ def test_prose_problems_context_and_order():
     assert found[0] == f"nan in the text: ...{'a' * 29} nan {'b' * 29}..."
 
 
+# ---- numbers: one convention ----
+
+
+@pytest.mark.parametrize(
+    "text, what",
+    [
+        ("then 20,000 more steps", "thousands written with commas"),
+        ("after 200000 steps", "five or more digits not grouped"),
+        ("the gain is -0.43 here", "a hyphen-minus as a minus sign"),
+        ("quartiles (19.8 – 20.1)", "a spaced dash between a range's ends"),
+    ],
+)
+def test_number_style_problems_find_each_kind(text, what):
+    found = site_test.number_style_problems(text)
+    assert len(found) == 1 and found[0].startswith(what)
+
+
+def test_number_style_problems_leave_the_books_convention_alone():
+    text = ("after 200\u00a0000 steps and 5000 clean ones, in 2025–2026, gain \u22120.43, "
+            "quartiles 19.8–20.1, a 64-32-32-10 net, x-1, arXiv:2302.12345, seed 4603, "
+            "10⁻⁴, the list 1,2,3, 0.123456 and 12 750 steps")
+    assert site_test.number_style_problems(text) == []
+
+
+def test_wide_picture_problems():
+    ok = {"name": "#fig-a", "width": 600, "column": 358, "scrolls": True, "shadow": True,
+          "hint": True}
+    assert site_test.wide_picture_problems([ok]) == []
+    (cut,) = site_test.wide_picture_problems([{**ok, "scrolls": False}])
+    assert "nothing scrolls it" in cut
+    (silent,) = site_test.wide_picture_problems([{**ok, "shadow": False}])
+    assert "the edge shadow" in silent and "line under it" not in silent
+
+
 # ---- alt text ----
 
 

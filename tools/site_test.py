@@ -50,6 +50,16 @@ failure only through its consequences (math not typeset, an image missing). For 
 - links into the site: the page exists and has the element the fragment names;
 - book.pdf: it has an outline, and every link stays in the PDF or goes to the web, never to the
   local machine (the print server) nor to a file the published site lacks;
+- numbers: one convention on every page (``lib/typeset.py``): no thousands written with commas
+  or five digits ungrouped ("200 000"), no hyphen-minus as a minus sign, no spaced dash between
+  a range's ends, in prose and tables (not code, printouts, formulas or the references);
+- at 390 px, a figure's or exploration's picture wider than the column scrolls in its own box,
+  with a shadow on the edge that has more and a line under it that says so;
+- explorations, for a reader who does not see them: each slider's ``aria-valuetext`` is the value
+  it shows, the alt text changes with the frame, and an ``aria-live`` region announces it;
+- search: the snippet text of every page (Sphinx's ``Search.htmlToText``, as ``book.js`` wraps
+  it) starts with the page's title, not the download menu, and holds no TeX source;
+- the console: no message at all (the theme's "invalid theme mode" included), no favicon 404;
 - figure legibility: every PNG of the article carries ``lib.viz``'s text chunks
   ``book:min-font-pt`` and ``book:dpi``, and its smallest text is displayed at >= 10 CSS px at
   1280 px (at 390 px, sizes under 7 px are listed for information).
@@ -165,6 +175,32 @@ NOT_PROSE = (
     "pre, code, script, style, textarea, mjx-container, mjx-assistive-mml, .highlight, .output"
 )
 
+# What the numbers' convention is read without: code, printouts, formulas, signatures, the
+# references, and the exploration's controls' script.
+NUMBERS_SKIP = (
+    "pre, code, script, style, textarea, mjx-container, mjx-assistive-mml, .highlight, .sig, "
+    ".math, .citation, .bibliography, div.citation, dl.citation"
+)
+
+# The book writes every number one way (lib/typeset.py, whose scientific() applies it to glued
+# text, tables and slider labels): thousands grouped by a space from five digits on ("200 000"),
+# four digits together ("5000"), a minus sign (U+2212) not a hyphen, an unspaced en dash between
+# the ends of a range. Any other style on a page is a second convention beside the book's.
+NUMBER_STYLES = {
+    "thousands written with commas (the book writes 200 000)": re.compile(
+        r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w]|,\d)"
+    ),
+    "five or more digits not grouped (the book writes 200 000)": re.compile(
+        r"(?<![\w.,#/\\:@-])\d{5,}(?![\w]|,\d)"
+    ),
+    "a hyphen-minus as a minus sign (the book writes −0.43)": re.compile(
+        r"(?<![\w.,)\]}−-])-(?=\.?\d)"
+    ),
+    "a spaced dash between a range's ends (the book writes 0.12–0.47)": re.compile(
+        r"\d[ \u00a0\u202f\u2009]+–[ \u00a0\u202f\u2009]+[−\d]"
+    ),
+}
+
 PAGE_STATE_JS = """
 () => {
   // shown to the reader: takes up height and is not hidden by style (a collapsed dropdown's body
@@ -177,6 +213,13 @@ PAGE_STATE_JS = """
   const text = clone.innerText;
   clone.querySelectorAll('.sig, .math').forEach((el) => el.remove());
   const prose = clone.innerText;
+  // the article's numbers as a reader sees them: prose and tables (cell outputs' tables too:
+  // lib.viz tables, the Reproductions page), not code, printouts, formulas, signatures, nor the
+  // references (a journal's page numbers are the journal's)
+  const article = document.querySelector('main .bd-article') || root;
+  const prints = article.cloneNode(true);
+  prints.querySelectorAll('NUMBERS_SKIP').forEach((el) => el.remove());
+  const numbers = prints.innerText;
   const figures = [...document.querySelectorAll('figure')].map((fig) => {
     const img = fig.querySelector('img');
     const cap = fig.querySelector('figcaption');
@@ -199,14 +242,14 @@ PAGE_STATE_JS = """
   const pdfLinks = [...document.querySelectorAll('footer a[href]')].map((a) => a.href)
     .filter((href) => /book\\.pdf$/.test(href.split(/[?#]/)[0]));
   return {
-    text, prose,
+    text, prose, numbers,
     mathSource: document.querySelectorAll('span.math, div.math').length,
     mathTypeset: document.querySelectorAll('mjx-container').length,
     mathjax: typeof window.MathJax === 'object' && !!window.MathJax.startup,
     figures, brokenImages, solutions, links, pdfLinks,
   };
 }
-""".replace("NOT_PROSE", NOT_PROSE)
+""".replace("NOT_PROSE", NOT_PROSE).replace("NUMBERS_SKIP", NUMBERS_SKIP)
 
 # Scrub every matplotlib animation: the slider's last, middle and first positions, each must show
 # a frame (a data URI or a file), and the last frame must differ from the first.
@@ -247,13 +290,24 @@ async () => {
       continue;
     }
     let ok = img.naturalWidth > 0, why = ok ? '' : 'first image missing';
+    if (!grid.querySelector('[aria-live]')) {
+      ok = false; why = 'no aria-live region: a screen reader hears nothing when a slider moves';
+    }
     for (const s of sliders) {
-      const before = img.getAttribute('src');
+      const before = img.getAttribute('src'), alt = img.getAttribute('alt');
       s.value = s.max;
       s.dispatchEvent(new Event('input', {bubbles: true}));
       await new Promise((r) => setTimeout(r, 50));
+      const shown = s.nextElementSibling ? s.nextElementSibling.textContent : '';
       if (img.getAttribute('src') === before || !img.getAttribute('src')) {
         ok = false; why = `slider ${s.name || '?'} does not change the image`;
+      } else if (!shown || s.getAttribute('aria-valuetext') !== shown) {
+        ok = false;
+        const said = JSON.stringify(s.getAttribute('aria-valuetext'));
+        why = `slider ${s.name || '?'}: aria-valuetext ${said} is not the value it shows`
+              + ` (${JSON.stringify(shown)})`;
+      } else if (img.getAttribute('alt') === alt && s.min !== s.max) {
+        ok = false; why = `slider ${s.name || '?'}: the alt text does not follow the frame`;
       }
     }
     out.push({ok, sliders: sliders.length, why});
@@ -412,6 +466,98 @@ INLINE_MATH_JS = """
 }
 """
 
+# At 390 px: every figure's or exploration's picture wider than the article's column, and how
+# a reader learns that the rest is there: the box that scrolls it (the nearest ancestor inside the
+# figure whose overflow-x is auto or scroll), the shadow on its right edge (book.js's
+# book-more-right at the start of the scroll) and the line under it (book.css's book-scrolls hint,
+# a pseudo-element whose content is not "none").
+WIDE_PICTURES_JS = """
+() => {
+  const article = document.querySelector('main .bd-article') || document.querySelector('main')
+                  || document.body;
+  const column = article.getBoundingClientRect().width;
+  const out = [];
+  const pictures = [...article.querySelectorAll('figure img, div.slider-grid img')];
+  for (const [i, img] of pictures.entries()) {
+    const width = img.getBoundingClientRect().width;
+    if (width <= column + 1) continue;
+    const holder = img.closest('figure, div.slider-grid');
+    let box = img.parentElement;
+    while (box && box !== holder.parentElement) {
+      const o = getComputedStyle(box).overflowX;
+      if (o === 'auto' || o === 'scroll' || o === 'hidden' || o === 'clip') break;
+      box = box.parentElement;
+    }
+    const scrolls = !!box && box !== holder.parentElement
+                    && ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+    if (scrolls) box.scrollLeft = 0;
+    const hint = holder.matches('figure') ? holder.querySelector('figcaption') : holder;
+    const where = holder.matches('figure') ? '::before' : '::after';
+    const hintText = hint ? getComputedStyle(hint, where).content : 'none';
+    out.push({
+      name: holder.id ? `#${holder.id}`
+        : `${holder.matches('figure') ? 'figure' : 'exploration'} ${i + 1}`,
+      width, column, scrolls,
+      shadow: scrolls && box.classList.contains('book-more-right'),
+      hint: !!hintText && hintText !== 'none' && hintText !== 'normal',
+    });
+  }
+  return out;
+}
+"""
+
+
+# On search.html: the text that Sphinx's search shows a result's snippet from
+# (Search.htmlToText, as book.js wraps it), for every page the table of contents links to. It
+# must start with the page's title (not the download menu's ".ipynb .md .pdf" or "Contents") and
+# hold no TeX source (formulas are typeset only in the browser; the snippet is plain text).
+SEARCH_SNIPPETS_JS = """
+async () => {
+  if (typeof Search === 'undefined' || typeof Search.htmlToText !== 'function') {
+    return [{page: 'search.html', problem: "no Search.htmlToText: Sphinx's search did not load"}];
+  }
+  const links = [...document.querySelectorAll('.bd-sidebar-primary a.reference.internal')]
+    .map((a) => a.href.split('#')[0]);
+  const out = [];
+  for (const url of [...new Set(links)]) {
+    const html = await (await fetch(url)).text();
+    const parsed = new DOMParser().parseFromString(html, 'text/html');
+    const h1 = parsed.querySelector('h1');
+    const title = h1 ? h1.textContent.replace(/#$/, '').trim() : '';
+    const text = Search.htmlToText(html).replace(/\\s+/g, ' ').trim();
+    const page = url.split('/').pop();
+    if (title && !text.startsWith(title)) {
+      out.push({page, problem: `the snippet text starts ${JSON.stringify(text.slice(0, 50))}, `
+                               + `not with the title ${JSON.stringify(title)}`});
+    }
+    const tex = text.match(/\\\\[A-Za-z]+|\\\\[()[\\]]/);
+    if (tex) {
+      const at = text.indexOf(tex[0]);
+      out.push({page, problem: `TeX source in the snippet text: ...${text.slice(
+        Math.max(0, at - 30), at + 40)}...`});
+    }
+  }
+  return out;
+}
+"""
+
+
+def wide_picture_problems(found: list[dict]) -> list[str]:
+    """Pictures wider than the column at 390 px (WIDE_PICTURES_JS) that a reader cannot scroll,
+    or that scroll with no sign that more is off-screen."""
+    failures = []
+    for pic in found:
+        size = f"{pic['name']}: {pic['width']:.0f} px wide in a {pic['column']:.0f} px column"
+        if not pic["scrolls"]:
+            failures.append(f"{size}, and nothing scrolls it (cut off or pushing the page wide)")
+        elif not pic["shadow"] or not pic["hint"]:
+            missing = " and ".join(
+                what for what, ok in (("the edge shadow", pic["shadow"]), ("the line under it",
+                                      pic["hint"])) if not ok)
+            failures.append(f"{size}: it scrolls, but {missing} that say so are missing")
+    return failures
+
+
 # The page's width against the window's, and the elements that stick out on the right (not
 # counting what sits inside a box that scrolls or clips): what makes a phone's page scroll
 # sideways as a whole.
@@ -522,9 +668,10 @@ def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 REFRESH = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
 
-# Known messages that are no fault of the book: pydata-sphinx-theme logs this at a reader's first
-# visit (no theme mode stored yet) and then uses its default; nothing is broken.
-HARMLESS_CONSOLE = ("Got invalid theme mode: . Resetting to auto.",)
+# Known console messages that are no fault of the book: none now. (pydata-sphinx-theme's "Got
+# invalid theme mode: . Resetting to auto." on every page came from its default_mode left unset;
+# _config.yml sets it in html_context.)
+HARMLESS_CONSOLE: tuple[str, ...] = ()
 
 
 def pages(site: Path) -> tuple[list[Path], dict[str, str]]:
@@ -591,6 +738,18 @@ def prose_problems(text: str, context: int = 30) -> list[str]:
         for match in pattern.finditer(text):
             around = collapse(text[max(0, match.start() - context) : match.end() + context])
             found.append((match.start(), f"{what} in the text: ...{around}..."))
+    return [message for _, message in sorted(found)]
+
+
+def number_style_problems(text: str, context: int = 30) -> list[str]:
+    """Each number in ``text`` written in another style than the book's one convention
+    (NUMBER_STYLES: "200,000", "200000", "-0.43", "0.12 – 0.47"), with ``context`` characters on
+    either side: beside the book's own numbers it is a second convention on the page."""
+    found = []
+    for what, pattern in NUMBER_STYLES.items():
+        for match in pattern.finditer(text):
+            around = collapse(text[max(0, match.start() - context) : match.end() + context])
+            found.append((match.start(), f"{what}: ...{around}..."))
     return [message for _, message in sorted(found)]
 
 
@@ -901,7 +1060,7 @@ def check_text(state: dict) -> list[str]:
     if raw:
         around = state["text"][max(0, raw.start() - 40) : raw.end() + 40].replace("\n", " ")
         failures.append(f"raw TeX left on the page: ...{around}...")
-    return failures + prose_problems(state["prose"])
+    return failures + prose_problems(state["prose"]) + number_style_problems(state["numbers"])
 
 
 def check_state(state: dict) -> list[str]:
@@ -990,6 +1149,7 @@ def measure(page, name: str, viewport: dict, pngs: Pngs, chapter: bool) -> PageR
     result.failures += inline_math_problems(page.evaluate(INLINE_MATH_JS), viewport["width"])
     if viewport["width"] == PHONE["width"]:
         result.failures += page_width_problems(page.evaluate(PAGE_WIDTH_JS))
+        result.failures += wide_picture_problems(page.evaluate(WIDE_PICTURES_JS))
     return result
 
 
@@ -1105,6 +1265,12 @@ def test_page(
     result.failures += failures
     log["notebooks"][name] = targets
     chapter = "download" in targets  # a page made from a notebook
+
+    if name == "search.html":
+        result.failures += [
+            f"search snippets of {f['page']}: {f['problem']}"
+            for f in page.evaluate(SEARCH_SNIPPETS_JS)
+        ]
 
     stem = name.removesuffix(".html").replace("/", "__")
     screenshots(page, shots / stem)

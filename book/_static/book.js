@@ -16,7 +16,23 @@
    inline formula in its span.math, which is marked book-wide so that it scrolls) scrolls sideways; a shadow on an edge says there is more on
    that side. The classes book-more-left / book-more-right are set here from the box's scroll
    position (book.css draws the shadows as inset box-shadows, which sit on the box's own edges
-   whatever colour the box is on: a theorem's tinted box, dark mode, paper).
+   whatever colour the box is on: a theorem's tinted box, dark mode, paper). On a phone a
+   figure or an exploration's picture wider than the column scrolls too (book.css): the same
+   classes show a shadow on the edge that has more, and book-scrolls on the figure adds a line
+   saying so under it.
+
+3. Search snippets. Sphinx's search (searchtools.js, Sphinx 7.4) shows under each result the text
+   of the page's [role=main] around the words found; there that text begins with the article's
+   header (the download menu: ".ipynb .md .pdf", the page's title, "Contents") and formulas are
+   their TeX source ("\(\overrightarrow{\mathbf{x}}\)"), since MathJax typesets them only in the
+   browser. Search.htmlToText is wrapped: the header, navigation and buttons are removed first,
+   and each formula is replaced by a plain reading of its TeX (commands dropped, Greek letters
+   and common symbols as characters).
+
+4. Tables with a status column (the Reproductions page's six or seven columns): on a phone
+   (book.css) each row is set as a card, each cell on its own line after its column's header,
+   which is copied here onto each cell as data-label; the "ours" and "status" columns were off
+   the screen to the right.
 */
 (() => {
   "use strict";
@@ -42,11 +58,17 @@
   );
 
   // --- 2. Scroll cues ---
-  const SCROLLERS = "div.math > mjx-container, span.math.book-wide";
+  // formulas, and (on a phone, book.css) figures and explorations' pictures
+  const PICTURES = "figure > a.image-reference, .slider-grid-frame";
+  const SCROLLERS = `div.math > mjx-container, span.math.book-wide, ${PICTURES}`;
   const mark = (box) => {
     const room = box.scrollWidth - box.clientWidth;
     box.classList.toggle("book-more-left", room > 1 && box.scrollLeft > 1);
     box.classList.toggle("book-more-right", room > 1 && box.scrollLeft < room - 1);
+    if (box.matches(PICTURES)) {
+      const holder = box.closest("figure, .slider-grid");
+      if (holder) holder.classList.toggle("book-scrolls", room > 1);
+    }
   };
   // an inline formula wider than its box (not an accent that overhangs it by a pixel or two)
   const widen = (span) => {
@@ -84,6 +106,73 @@
     const startup = window.MathJax && window.MathJax.startup;
     const typeset = startup && startup.promise ? startup.promise : Promise.resolve();
     typeset.then(markAll, markAll);
+    // a picture gets its width when it has loaded (an exploration's when a slider first sets it)
+    document.querySelectorAll(`${PICTURES.replace(/, /g, " img, ")} img`).forEach((img) => {
+      img.addEventListener("load", later);
+    });
     if (document.fonts && document.fonts.ready) document.fonts.ready.then(later);
+  });
+
+  // --- 4. Tables with a status column (the Reproductions page's) ---
+  // Six or seven columns do not fit a phone: there (book.css) each row is a card with each cell
+  // on its own line, labelled with its column's header; here the labels are copied onto cells.
+  const stackTables = () => {
+    document.querySelectorAll(".bd-article table").forEach((table) => {
+      const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+      if (!heads.includes("status")) return;
+      table.classList.add("book-stack");
+      table.querySelectorAll("tbody tr").forEach((row) => {
+        [...row.children].forEach((cell, k) => {
+          if (heads[k]) cell.setAttribute("data-label", heads[k]);
+        });
+      });
+    });
+  };
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", stackTables);
+  } else {
+    stackTables();
+  }
+
+  // --- 3. Search snippets ---
+  const SYMBOLS = {
+    alpha: "α", beta: "β", gamma: "γ", delta: "δ", epsilon: "ε", varepsilon: "ε", zeta: "ζ",
+    eta: "η", theta: "θ", vartheta: "θ", iota: "ι", kappa: "κ", lambda: "λ", mu: "μ", nu: "ν",
+    xi: "ξ", pi: "π", rho: "ρ", varrho: "ρ", sigma: "σ", varsigma: "ς", tau: "τ", phi: "φ",
+    varphi: "φ", chi: "χ", psi: "ψ", omega: "ω", Gamma: "Γ", Delta: "Δ", Theta: "Θ",
+    Lambda: "Λ", Xi: "Ξ", Pi: "Π", Sigma: "Σ", Phi: "Φ", Psi: "Ψ", Omega: "Ω",
+    sum: "∑", prod: "∏", int: "∫", infty: "∞", partial: "∂", nabla: "∇", le: "≤", leq: "≤",
+    ge: "≥", geq: "≥", ne: "≠", neq: "≠", approx: "≈", sim: "∼", to: "→", rightarrow: "→",
+    in: "∈", times: "×", cdot: "·", pm: "±", top: "⊤", sqrt: "√", ell: "ℓ", dots: "…",
+    ldots: "…", cdots: "⋯", langle: "⟨", rangle: "⟩", lVert: "‖", rVert: "‖", Vert: "‖",
+    "|": "‖", quad: " ", qquad: " ", ",": " ", ";": " ", "!": "", " ": " ",
+  };
+  // a formula's TeX as plain text: delimiters, environments and unknown commands dropped
+  const plainTeX = (tex) =>
+    tex
+      .replace(/^\\[([]|\\[)\]]$/g, "")
+      .replace(/\\(?:begin|end)\{[^}]*\}/g, " ")
+      .replace(/\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])/g, "")
+      .replace(/\\([A-Za-z]+|[|,;! ])/g, (_, name) => (name in SYMBOLS ? SYMBOLS[name] : ""))
+      .replace(/[{}]/g, "")
+      .replace(/\s+/g, " ")
+      .trim();
+  const SEARCH_SKIP = [
+    ".bd-header-article", ".header-article-items", ".article-header-buttons", ".dropdown-menu",
+    ".bd-sidebar-secondary", ".bd-toc", ".prev-next-area", ".bd-footer-article", "nav",
+    "button", ".headerlink", "script", "style",
+  ].join(", ");
+  document.addEventListener("DOMContentLoaded", () => {
+    // `Search` is searchtools.js's global (a lexical binding on search.html only)
+    if (typeof Search === "undefined" || typeof Search.htmlToText !== "function") return;
+    const original = Search.htmlToText;
+    Search.htmlToText = (htmlString, anchor) => {
+      const parsed = new DOMParser().parseFromString(htmlString, "text/html");
+      parsed.querySelectorAll(SEARCH_SKIP).forEach((el) => el.remove());
+      parsed.querySelectorAll(".math").forEach((el) => {
+        el.textContent = ` ${plainTeX(el.textContent.trim())} `;
+      });
+      return original(parsed.documentElement.outerHTML, anchor);
+    };
   });
 })();
