@@ -48,7 +48,12 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    ours when its central 90 % (5th to 95th percentile; for a one-sided bound, the percentile on the
    bounded side) lies inside ``[low, high]``, so that nine in ten of our runs or more obey the
    range the paper states.
-7. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
+7. A value the paper's number must be told apart from (``against``: the null of a contrast, 0; the
+   other arm's value, when the paper's number is one arm of a clean/poisoned pair): when rule 3 or 4
+   places the paper's value inside our central 90 % but ``against`` lies inside it too, our runs
+   cannot tell the paper's number from the one it is contrasted with: **inconclusive**, never
+   reproduced.
+8. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
    paragraph that shows it (``explain``), else **not reproduced**.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
@@ -69,6 +74,10 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
   subsets by 0.01 % and 0.25 % of the 5th-to-95th range (measured once, enumerating all of them;
   the tests pin the agreement on 30 seeds).
 * one run of ours, 0.31, against one run of the paper, 0.30, with ``tol = 0.02``: weak evidence.
+* a paper's contrast (poisoned minus clean) of −0.04 from one run, against our 32 contrasts whose
+  central 90 % runs from −0.05 to 0.44 and ``against=0``: both −0.04 and "no effect" lie in that
+  band, so the entry is inconclusive (our seeds 1, ..., 8 with a paper's 7.5 and ``against=2``:
+  inconclusive; with ``against=0.5``: reproduced).
 * a number the paper prints for a convex model, recomputed on a network outside that theorem's
   hypotheses: illustration.
 
@@ -122,7 +131,8 @@ PAPERS = {
     "bantzis2025saddle": "Bantzis, Simon & Jacot (2025): saddle-to-saddle dynamics",
 }
 #: The statuses of a paper's number, strongest first.
-STATUSES = ("reproduced", "weak evidence", "illustration", "differs", "not reproduced")
+STATUSES = ("reproduced", "weak evidence", "inconclusive", "illustration", "differs",
+            "not reproduced")
 #: The statuses of a check of a statement.
 CHECK_STATUSES = ("holds", "fails", "illustration")
 #: What a paper's printed number is (module docstring).
@@ -375,6 +385,9 @@ def _status(entry: dict) -> str:
     else:
         band = entry["band"]
         agrees = band[0] <= paper <= band[1]
+        against = entry.get("against")
+        if agrees and against is not None and band[0] <= against <= band[1]:
+            return "inconclusive"
     if agrees:
         return "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
@@ -447,6 +460,7 @@ def record(
     reason: str | None = None,
     explain: str | None = None,
     note: str | None = None,
+    against: float | None = None,
 ) -> str:
     """Record one number of a paper that the chapter recomputes; return its status.
 
@@ -462,10 +476,12 @@ def record(
     the paper); ``section``: the label of the chapter's section that computes it; ``setting``: how
     our setting differs from the paper's, if it does; ``reason`` and ``explain`` (a label): why the
     numbers differ and where the chapter shows it, given together; ``note``: any other remark for
-    the table.
+    the table; ``against``: a value the paper's number must be told apart from (the null 0 of a
+    contrast, or the other arm's paper value), for a spread of ours placed against a single run or
+    a statistic of the paper's runs (rule 7).
 
     The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
-    ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
+    ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
     """
     _started(key)
     if paper not in PAPERS:
@@ -540,6 +556,14 @@ def record(
         raise ValueError(
             "reason and explain go together: a one-line reason and the label that shows it"
         )
+    if against is not None:
+        against = _real(against, "against")
+        if paper_stat in ("exact", "interval") or one_to_one:
+            raise ValueError(
+                "against applies where a spread of ours is compared with a single run or a "
+                "statistic of the paper's runs (rules 3 and 4), not to an exact value, an interval "
+                "or one value of ours"
+            )
     entry = {
         "kind": "paper", "paper": paper, "item": item, "paper_stat": paper_stat,
         "paper_n": paper_n, "paper_value": paper_value, "in_hypotheses": in_hypotheses,
@@ -548,6 +572,8 @@ def record(
         "reason": _text(reason, "reason", optional=True), "explain": explain,
         "note": _text(note, "note", optional=True),
     }
+    if against is not None:
+        entry["against"] = against
     if paper_stat != "exact" and not one_to_one:
         entry.update(_compared(paper_stat, paper_n, paper_value, values))
     entry["status"] = _status(entry)
@@ -904,8 +930,13 @@ def _compared_text(entry: dict) -> str:
         how = (f"all {entry['subsets']:,}" if entry["enumerated"]
                else f"{entry['subsets']:,} random")
         what = f"the {_STAT_WORDS[stat]}s of {how} {entry['paper_n']}-subsets of our seeds"
-    return (f"middle {_share()} of {what}: {_number(low)} to {_number(high)}; the paper's value is "
+    text = (f"middle {_share()} of {what}: {_number(low)} to {_number(high)}; the paper's value is "
             f"above {_percent(entry['rank'])} of them")
+    against = entry.get("against")
+    if against is not None:
+        inside = "inside" if low <= against <= high else "outside"
+        text += f"; the value it is told apart from, {_number(against)}, lies {inside} it"
+    return text
 
 
 def _cell(text: str | None) -> str:
@@ -922,7 +953,7 @@ def rule_markdown() -> str:
     """The rule in plain words, as the *Reproductions* page states it before its tables."""
     share, tail = _share(), round(100 * (1 - LEVEL) / 2)
     return "\n".join([
-        "Each number of a paper that a chapter recomputes gets one of five statuses, computed from "
+        "Each number of a paper that a chapter recomputes gets one of six statuses, computed from "
         "the numbers by one rule. First, what the paper's number is: an **exact** quantity (no "
         "random seed on either side: a formula, a deterministic flow), **one run** of a random "
         "experiment, a **statistic** (mean, median, largest or smallest) of a stated number of "
@@ -940,6 +971,10 @@ def rule_markdown() -> str:
         "- **weak evidence**: only one value of ours stands against a random number of the paper "
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
         "two agree within the tolerance shown; one run on each side says little;",
+        "- **inconclusive**: the paper's number lies in the middle "
+        f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
+        "contrast; the other arm's number, for one arm of a clean/poisoned pair): our runs cannot "
+        "tell the two apart, so this is not a reproduction;",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
         "number illustrates, so whatever the numbers, it is not a reproduction;",
         "- **differs**: none of the above, and the chapter shows why (follow the link);",

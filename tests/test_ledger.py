@@ -121,6 +121,29 @@ def test_one_run_on_each_side_is_at_best_weak_evidence(chapter):
                 tol=0.01) == "not reproduced"
 
 
+def test_a_band_that_also_holds_the_contrasted_value_is_inconclusive(chapter):
+    """Rule 7: the paper's run 7.5 lies in the central 90 % of our seeds 1..8 (1.35 to 7.65); so
+    does 2, the value it must be told apart from, so our runs cannot tell the two apart. 0.5 lies
+    outside that band: the paper's 7.5 is then reproduced. A paper's value outside the band is not
+    reproduced whatever ``against`` is."""
+    seeds = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert _rec("contrast-in", 7.5, seeds, "single", against=2.0) == "inconclusive"
+    assert _rec("contrast-out", 7.5, seeds, "single", against=0.5) == "reproduced"
+    assert _rec("paper-out", 7.8, seeds, "single", against=2.0) == "not reproduced"
+    # the same rule for a statistic of k runs: every mean of 4 of our seeds lies in [2.5, 6.5]
+    assert _rec("mean-in", 4.5, seeds, "mean", paper_n=4, against=4.0) == "inconclusive"
+    assert ledger.verdict("contrast-in") == "inconclusive"
+    entry = _entries(chapter)["contrast-in"]
+    assert entry["against"] == 2.0 and "lies inside it" in ledger._compared_text(entry)
+    assert ledger.rule_problems({"t": _entries(chapter)}) == []  # the stored status recomputes
+    for bad in (dict(paper_stat="exact", tol=0.1), dict(paper_stat="interval")):
+        with pytest.raises(ValueError, match="against applies"):
+            _rec("bad", (1.0, 2.0) if bad["paper_stat"] == "interval" else 1.0, 1.0,
+                 **bad, against=0.0)
+    with pytest.raises(ValueError, match="against"):
+        _rec("nan", 7.5, seeds, "single", against=float("nan"))
+
+
 def test_an_exact_value_is_reproduced_within_its_tolerance(chapter):
     assert _rec("a", 1.27e-3, 1.2712e-3, "exact", tol=5e-6) == "reproduced"
     assert _rec("b", 1.27e-3, 1.29e-3, "exact", tol=5e-6) == "not reproduced"

@@ -13,10 +13,11 @@ MARKDOWN text of every ``book/*.md``, that is everything except
 
 and fails on any of these phrases, case-insensitive, even when a line break splits them:
 ``reproduced``, ``not reproduced``, ``differs``, ``as in the paper``, ``match(es|ed) the paper``,
-``agree(s) with the paper``, ``weak evidence``. Directives' bodies (admonitions, theorems, figure
-captions) and the titles of directives are prose and are read. The Reproductions page states the
-rule with those words, but it renders the statement from ``lib.ledger.rule_markdown()`` in a code
-cell, so its markdown text is held to the same test and needs no exemption.
+``agree(s) with the paper``, ``weak evidence``, ``inconclusive``. Directives' bodies
+(admonitions, theorems, figure captions) and the titles of directives are prose and are read. The
+Reproductions page states the rule with those words, but it renders the statement from
+``lib.ledger.rule_markdown()`` in a code cell, so its markdown text is held to the same test and
+needs no exemption.
 
 Each offence is reported as ``book/<page>.md:<line>: <the words>``.
 """
@@ -39,6 +40,7 @@ PHRASES = [
     r"\bmatch(es|ed)? the paper\b",
     r"\bagrees? with the paper\b",
     r"\bweak evidence\b",
+    r"\binconclusive\b",
 ]
 VERDICT = re.compile("|".join(p.replace(" ", r"\s+") for p in PHRASES), re.IGNORECASE)
 
