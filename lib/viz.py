@@ -635,10 +635,10 @@ def _grid_labels(options: Sequence) -> list[str]:
         raise ValueError("a slider option shown on the page must not be None: give it a name")
     floats = [isinstance(v, (float, np.floating)) for v in options]
     if not any(floats):
-        return [str(v) for v in options]
+        return [typeset.scientific(str(v)) for v in options]  # 20000 -> 20 000, -1 -> −1
     plain = [format(float(v), ".3g") if f else str(v) for v, f in zip(options, floats, strict=True)]
     if not any("e" in text for text, f in zip(plain, floats, strict=True) if f):
-        return plain
+        return [typeset.scientific(text) for text in plain]
     return [
         typeset.scientific(regex.sub(r"\.?0+e", "e", format(float(v), ".2e"))) if f else str(v)
         for v, f in zip(options, floats, strict=True)
