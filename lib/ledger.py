@@ -29,7 +29,9 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
 (its 5th to 95th percentile, numpy's linear interpolation):
 
 1. ``in_hypotheses=False`` (our run lies outside the hypotheses of the statement the paper's number
-   illustrates): **illustration**, whatever the numbers.
+   illustrates, or is not the paper's setting: an analogue on other data or another model, which
+   the ``setting`` names): **illustration**, whatever the numbers. A threshold or a horizon of our
+   own choosing is not a hypothesis: a number that misses for such a reason *differs*.
 2. ``"exact"``: **reproduced** when ``|ours − paper| ≤ tol``.
 3. ``"single"`` against a spread of our seeds: **reproduced** when the paper's run lies in the
    central 90 % of our single runs.
@@ -44,10 +46,10 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    ``"mean"``, ...; or exactly ``paper_n`` seeds of ours, one value of the statistic): there is no
    spread of ours to place the paper's number in, so agreement within ``tol`` earns only **weak
    evidence**; one run on each side carries little information.
-6. ``"interval"``: one value of ours is **reproduced** when it lies in ``[low, high]``; a spread of
-   ours when its central 90 % (5th to 95th percentile; for a one-sided bound, the percentile on the
-   bounded side) lies inside ``[low, high]``, so that nine in ten of our runs or more obey the
-   range the paper states.
+6. ``"interval"``: a spread of ours is **reproduced** when at least :data:`LEVEL` (nine in ten)
+   of our runs lie in ``[low, high]`` (a one-sided bound: on its side); one value of ours inside the
+   range earns only **weak evidence**, since one run of ours has no spread (a deterministic quantity
+   of ours is an ``"exact"`` value or a :func:`check`).
 7. A value the paper's number must be told apart from (``against``: the null of a contrast, 0; the
    other arm's value, when the paper's number is one arm of a clean/poisoned pair): when rule 3 or 4
    places the paper's value inside our central 90 % but ``against`` lies inside it too, our runs
@@ -372,10 +374,11 @@ def _status(entry: dict) -> str:
         low = -math.inf if paper[0] is None else paper[0]
         high = math.inf if paper[1] is None else paper[1]
         if "value" in ours:
-            agrees = low <= ours["value"] <= high
+            if low <= ours["value"] <= high:
+                return "weak evidence"
+            agrees = False
         else:
-            band = entry["band"]
-            agrees = low <= band[0] and band[1] <= high
+            agrees = _share_inside(ours["values"], low, high) >= LEVEL
     elif stat == "exact":
         agrees = abs(ours["value"] - paper) <= tol
     elif _one_sided(stat, entry["paper_n"], ours):
@@ -391,6 +394,12 @@ def _status(entry: dict) -> str:
     if agrees:
         return "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
+
+
+def _share_inside(values, low: float, high: float) -> float:
+    """The share of ``values`` inside ``[low, high]`` (rule 6)."""
+    values = np.asarray(values, dtype=float)
+    return float(np.mean((low <= values) & (values <= high)))
 
 
 def _check_status(entry: dict) -> str:
@@ -917,8 +926,12 @@ def _compared_text(entry: dict) -> str:
         return f"ours within ± {_number(tol)}"
     if stat == "interval":
         if "value" in ours:
-            return "our value inside the range"
-        return f"middle {_share()} of our seeds: {_range_text(entry['band'])}"
+            return "our one run against the range; no spread of ours"
+        low = -math.inf if entry["paper_value"][0] is None else entry["paper_value"][0]
+        high = math.inf if entry["paper_value"][1] is None else entry["paper_value"][1]
+        inside = _share_inside(ours["values"], low, high)
+        return (f"{_percent(inside)} of our {ours['n']} runs inside the range (the rule asks "
+                f"{_share()}); middle {_share()} of ours: {_range_text(entry['band'])}")
     if _one_sided(stat, entry["paper_n"], ours):
         ours_is = ("our one run" if "value" in ours
                    else f"the {_STAT_WORDS[stat]} of our {ours['n']}")
@@ -966,17 +979,20 @@ def rule_markdown() -> str:
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
         f"our seeds when there are at most {MAX_SUBSETS:,}, else {MAX_SUBSETS:,} of them drawn at "
         "random by a fixed generator), so that a mean of four runs is compared with our means of "
-        f"four runs; our value lies inside the paper's range (for many seeds, the middle {share} "
-        "of ours does);",
+        "four runs; for a range the paper states, at least nine in ten of our runs lie inside it;",
         "- **weak evidence**: only one value of ours stands against a random number of the paper "
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
-        "two agree within the tolerance shown; one run on each side says little;",
+        "two agree within the tolerance shown, or our one run lies in the paper's range; one run "
+        "on each side says little;",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
         "contrast; the other arm's number, for one arm of a clean/poisoned pair): our runs cannot "
         "tell the two apart, so this is not a reproduction;",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
-        "number illustrates, so whatever the numbers, it is not a reproduction;",
+        "number illustrates, or is not the paper's setting (an analogue on other data or another "
+        "model, named in the row), so whatever the numbers, it is not a reproduction; a threshold "
+        "or a horizon of our own choosing is not a hypothesis, and a number that misses for such a "
+        "reason differs;",
         "- **differs**: none of the above, and the chapter shows why (follow the link);",
         "- **not reproduced**: none of the above, and the book has no explanation.",
         "",
