@@ -11,7 +11,12 @@ chapter's minute, so the runs are here:
 - ``authors``: the authors' own seeds of the two figures (4542 for Figure 3, 4603 for Figure 8),
   their initialization rebuilt from TensorFlow's stateless stream (lib.keras_streams: every layer
   seeded with the same seed, so all weights are cut from one stream) and their data from numpy's
-  legacy stream, through the public torch engine (lib.flow.gradient_descent).
+  legacy stream, through the public torch engine (lib.flow.gradient_descent);
+- ``authors_streams``: the left half of Figure 3 (the standalone SSM,
+  ``lib.greedy_learning.FIGURE3``) with the authors' own random streams on 32 fresh seeds
+  (5000–5031), clean: the distribution of their protocol, whose C is |B|'s draw reversed where
+  the book's is drawn independently, so that the chapter can place the authors' seeds 4000 and
+  4001 among runs of their own protocol.
 
 About ten minutes of one core in all.
 """
@@ -23,7 +28,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from lib import effective_rank, poison, poison_dynamics
+from lib import effective_rank, greedy_learning, poison, poison_dynamics
 from lib.flow import gradient_descent
 from lib.keras_streams import stateless_normal
 
@@ -31,6 +36,7 @@ SEEDS = list(range(32))
 MAX_STEPS = 200_000
 EXTRA = {None: 20_000, 1.0: 5_000}  # the authors' notebook: extra steps after the threshold
 AUTHORS = {"Figure 3": 4542, "Figure 8": 4603}
+AUTHORS_STREAM_SEEDS = list(range(5000, 5032))  # fresh seeds, none of the authors' own
 
 FIGURE3_SSM_MLP = dataclasses.replace(
     poison_dynamics.FIGURE2_SSM_MLP, name="SSM + MLP, κ = 10 (Figures 3 and 8, right)", d=20,
@@ -126,6 +132,21 @@ def authors(figure: str, key: str) -> dict:
     return {("authors", f"{figure}, {key}"): summary | {"seed": seed}}
 
 
+def authors_streams(seed: int) -> dict:
+    """The clean standalone run of Figure 3 (``lib.greedy_learning.FIGURE3``, the chapter's
+    protocol and cut-off) from the authors' random streams of ``seed``: when the largest |a_j|
+    passes 1/2 (first record), the step at which the loss falls below the threshold, the final
+    effective rank and loss."""
+    runs = greedy_learning.train_greedy(greedy_learning.FIGURE3, [seed], special_scales=(None,),
+                                        streams="authors", max_steps=MAX_STEPS)  # fmt: skip
+    return {("authors_streams", "clean", AUTHORS_STREAM_SEEDS.index(seed)): {
+        "seed": seed, "escape": runs.escape_iteration(0),
+        "fit_step": runs.trajectory.info["converged_step"][0],
+        "erank": float(runs.effective_ranks(0)[-1]),
+        "final_loss": float(runs.trajectory.losses[-1, 0]),
+    }}  # fmt: skip
+
+
 def tasks() -> list:
     """One task per (seed, clean or special) and per authors' run; costs in seconds of one core
     (a clean run that stalls takes all 200 000 compiled steps; the torch engine is slower)."""
@@ -137,6 +158,9 @@ def tasks() -> list:
     out += [Task(f"authors {figure} {key}", authors, {"figure": figure, "key": key}, 120.0,
                  (("authors", f"{figure}, {key}"),))
             for figure in AUTHORS for key in ("clean", "special")]
+    out += [Task(f"authors streams clean seed={seed}", authors_streams, {"seed": seed}, 1.0,
+                 (("authors_streams", "clean", AUTHORS_STREAM_SEEDS.index(seed)),))
+            for seed in AUTHORS_STREAM_SEEDS]
     return out
 
 
@@ -145,4 +169,5 @@ def finish(results: dict) -> dict:
                                                       "extra_steps": {"clean": 20_000,
                                                                       "special": 5_000}}
     return {"results": results, "settings": settings,
-            "seeds": {"ours": SEEDS, "authors": AUTHORS}}  # fmt: skip
+            "seeds": {"ours": SEEDS, "authors": AUTHORS,
+                      "authors_streams": AUTHORS_STREAM_SEEDS}}  # fmt: skip
