@@ -173,33 +173,47 @@ def run_random_subset(settings: Settings = Settings(), folder=None, *, log=print
     delta = joint["delta"]
     x_poisoned = torch.cat([x_clean, x_all[poison_index] + delta])
     y_poisoned = torch.cat([y_clean, y_all[poison_index]])
+    report, pred_poisoned = _victims(
+        settings, (x_clean, y_clean), (x_poisoned, y_poisoned), x_test, y_test, targets, delta,
+        clock, start,
+    )
+    return report | {
+        "intended": intended,
+        "poison_index": poison_index.tolist(),
+        "eps_standardized": eps,
+        "matching_loss": joint["matching_loss"],
+        "intended_with_poison": (pred_poisoned == intended).double().mean(-1).tolist(),
+    }
+
+
+def _victims(settings: Settings, clean_set, poisoned_set, x_test, y_test, targets, delta, clock,
+             start) -> tuple[dict, torch.Tensor]:
+    """Victims trained from scratch on the clean and on the poisoned set (one per victim seed),
+    and the measurements both threat models report: (the report, the poisoned victims'
+    predictions on the targets)."""
     seeds = list(settings.victim_seeds)
     t0 = time.perf_counter()
-    clean = s4d.train(settings.victim, x_clean, y_clean, seeds, settings.train)
-    poisoned = s4d.train(settings.victim, x_poisoned, y_poisoned, seeds, settings.train)
+    clean = s4d.train(settings.victim, *clean_set, seeds, settings.train)
+    poisoned = s4d.train(settings.victim, *poisoned_set, seeds, settings.train)
     clock["victims_s"] = time.perf_counter() - t0
     x_t, y_t = x_test[targets], y_test[targets]
     pred_clean, pred_poisoned = s4d.predict(clean, x_t), s4d.predict(poisoned, x_t)
     last = max(1, round(LAST_FRACTION * delta.shape[-1]))
     clock["total_s"] = time.perf_counter() - start
-    return {
+    report = {
         "settings": asdict(settings),
         "device": str(s4d.compute_device()),
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "targets": targets,
-        "intended": intended,
-        "poison_index": poison_index.tolist(),
-        "eps_standardized": eps,
-        "matching_loss": joint["matching_loss"],
         "last_elements_rel_size": gradient_matching.last_elements_rel_size(delta, last),
         "acc_without_poison": (pred_clean == y_t).double().mean(-1).tolist(),
         "acc_with_poison": (pred_poisoned == y_t).double().mean(-1).tolist(),
-        "intended_with_poison": (pred_poisoned == intended).double().mean(-1).tolist(),
         "test_acc_clean": s4d.accuracy(clean, x_test, y_test).tolist(),
         "test_acc_poisoned": s4d.accuracy(poisoned, x_test, y_test).tolist(),
         "seconds": clock,
     }
+    return report, pred_poisoned
 
 
 def _attack(settings: Settings) -> gradient_matching.AttackConfig:
@@ -256,34 +270,17 @@ def run(settings: Settings = Settings(), folder=None, *, log=print) -> dict:
     x_poisoned, y_poisoned = gradient_matching.poisoned_sets(
         x_train, y_train, index.reshape(1, -1), delta.reshape(1, -1, delta.shape[-1])
     )
-    seeds = list(settings.victim_seeds)
-    t0 = time.perf_counter()
-    clean = s4d.train(settings.victim, x_train, y_train, seeds, settings.train)
-    poisoned = s4d.train(settings.victim, x_poisoned[0], y_poisoned[0], seeds, settings.train)
-    clock["victims_s"] = time.perf_counter() - t0
-
-    x_t, y_t = x_test[targets], y_test[targets]
+    report, pred_poisoned = _victims(
+        settings, (x_train, y_train), (x_poisoned[0], y_poisoned[0]), x_test, y_test, targets,
+        delta, clock, start,
+    )
     adv = torch.tensor(adversarial)
-    pred_clean, pred_poisoned = s4d.predict(clean, x_t), s4d.predict(poisoned, x_t)
-    last = max(1, round(LAST_FRACTION * delta.shape[-1]))
-    clock["total_s"] = time.perf_counter() - start
-    return {
-        "settings": asdict(settings),
-        "device": str(s4d.compute_device()),
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "targets": targets,
+    return report | {
         "adversarial": adversarial,
         "poisons_per_target": budget,
         "eps_standardized": eps,
         "matching_loss": torch.cat(losses).tolist(),
-        "last_elements_rel_size": gradient_matching.last_elements_rel_size(delta, last),
-        "acc_without_poison": (pred_clean == y_t).double().mean(-1).tolist(),
-        "acc_with_poison": (pred_poisoned == y_t).double().mean(-1).tolist(),
         "adversarial_with_poison": (pred_poisoned == adv).double().mean(-1).tolist(),
-        "test_acc_clean": s4d.accuracy(clean, x_test, y_test).tolist(),
-        "test_acc_poisoned": s4d.accuracy(poisoned, x_test, y_test).tolist(),
-        "seconds": clock,
     }
 
 

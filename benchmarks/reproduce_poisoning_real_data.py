@@ -489,6 +489,109 @@ def control_setting(
     return {("control", name): record}
 
 
+# ---------------------------------------------------------------------------------------------
+# What is achievable at the chapter's eps: the white-box attack on the MLP with a retrained head.
+#
+# In the transfer setting the victim's retraining is a small, fixed computation (AdamW on a linear
+# head over frozen features), so the poisons can be optimized through it: the unrolled attack
+# (lib.transfer_victim.unrolled_attack, eq. (T.3)) minimizes the target's loss under the head that
+# the victim of seed ORACLE_SEED retrains on the poisons. It runs on the control's MLP-transfer
+# victim, targets and surrogate, at the chapter's eps, with two choices of the poison images: the
+# control's (random images of the adversarial class) and the adversarial-class images nearest the
+# target in the extractor's feature space (gm.choose_nearest); gradient matching runs on the
+# nearest images too. Every arm has its random control of its own size. The victims: the
+# unrolled seed, and ORACLE_SEEDS[1:], which the attack never saw.
+
+ORACLE_STEPS = 20
+ORACLE_SEED = 0
+ORACLE_SEEDS = [0, 1, 2, 3]
+
+
+def oracle_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int, attack_seed: int,
+                oracle_seed: int, victim_seeds: list[int]) -> dict:
+    """The unrolled (white-box) attack and gradient matching on nearest poisons, against the MLP
+    with a retrained head at the chapter's eps; per-pair outcomes (target-major) for every arm."""
+    start, cpu = time.perf_counter(), time.process_time()
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    pretrain, (x, y) = split_for_transfer(x_all, y_all)
+    gray = (data_range[1] - data_range[0]) / 16
+    eps = CONTROL_EPS_GRAY * gray
+    victim, extra = control_victim("MLP", "transfer", pretrain, extractor_seed)
+    phi = tv.mlp_features(extra["extractor_params"])
+    surrogate = victim.train(x[None], y[None], [surrogate_seed])
+    with torch.no_grad():
+        predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
+    targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
+    choices = {
+        "random images": torch.stack([gm.choose_poisons(y, c, CONTROL_BUDGET, attack_seed + a)
+                                      for a, c in enumerate(adversarial)]),
+        "nearest images": torch.stack([gm.choose_nearest(phi, x, y, xt[t], c, CONTROL_BUDGET)
+                                       for t, c in zip(targets, adversarial, strict=True)]),
+    }
+    arms, seconds = {}, {}
+    for choice, index in choices.items():
+        t0 = time.perf_counter()
+        out = tv.unrolled_attack(phi, MLP_HIDDEN, x, y, xt, targets, adversarial, index, eps,
+                                 data_range, classes=10, train_config=HEAD_TRAIN,
+                                 seed=oracle_seed, steps=ORACLE_STEPS, chunk=16)
+        seconds[f"unrolled, {choice}"] = time.perf_counter() - t0
+        arms[f"unrolled, {choice}"] = (index, out["delta"])
+    config = gm.AttackConfig(steps=CONTROL_STEPS, restarts=CONTROL_RESTARTS)
+    t0 = time.perf_counter()
+    b = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, CONTROL_BUDGET, eps, data_range,
+                config, seed=attack_seed, victim=victim, poison_index=choices["nearest images"])
+    seconds["matching, nearest images"] = time.perf_counter() - t0
+    arms["matching, nearest images"] = (b.poison_index, b.delta)
+    for name, (index, delta) in list(arms.items()):
+        arms[f"random, size of {name}"] = (index, gm.random_perturbations(
+            x[index], delta, eps, data_range, seed=attack_seed + 1))
+    names = list(arms)
+    all_index = torch.cat([arms[n][0] for n in names])
+    all_delta = torch.cat([arms[n][1] for n in names])
+    params = gm.retrain(victim, x, y, all_index, all_delta, victim_seeds)
+    pair_t = [t for t in targets for _ in victim_seeds]
+    pair_a = [a for a in adversarial for _ in victim_seeds]
+    out = gm.target_outcome(victim, params, xt, yt, pair_t * len(names), pair_a * len(names))
+    held_out = tv.accuracy(victim, params, xt, yt).numpy()
+    n_pairs = len(pair_t)
+    record: dict = {"targets": targets, "adversarial": adversarial, "eps_gray": CONTROL_EPS_GRAY,
+                    "victim_seeds": list(victim_seeds), "oracle_seed": oracle_seed,
+                    "steps": ORACLE_STEPS, "attack_seconds": seconds, "arms": {}}
+    for k, name in enumerate(names):
+        part = slice(k * n_pairs, (k + 1) * n_pairs)
+        index, delta = arms[name]
+        norms = torch.linalg.vector_norm(delta, dim=-1)
+        record["arms"][name] = {
+            "success": out["success"][part].astype(int),
+            "p_adv": out["p_adv"][part],
+            "held_out_accuracy": held_out[part],
+            "l2_over_eps_median": float(norms.median() / eps),
+            "linf_over_eps_median": float(delta.abs().amax(-1).median() / eps),
+        }
+        if name.startswith("random, size of "):
+            like = arms[name.removeprefix("random, size of ")][1]
+            record["arms"][name]["size_ratio"] = gm.size_ratio(delta, like)
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return {("oracle", "MLP transfer"): record}
+
+
+S4D_FIT_EPOCHS = (10, 20, 40)
+
+
+def s4d_fit_task(*, seeds: list[int]) -> dict:
+    """How well S4D retrained from scratch fits the victims' clean set after the epochs of
+    S4D_FIT_EPOCHS (the chapter's training, cosine decay over the whole run)."""
+    x_all, y_all, xt, yt, _ = data.digits_split()
+    _, (x, y) = split_for_transfer(x_all, y_all)
+    record = {}
+    for epochs in S4D_FIT_EPOCHS:
+        params = s4d.train(MODEL, x, y, seeds, train_config(epochs))
+        record[str(epochs)] = {"train_accuracy": s4d.accuracy(params, x, y),
+                               "held_out_accuracy": s4d.accuracy(params, xt, yt)}
+    return {("s4d_fit",): record}
+
+
 def control_tasks() -> list:
     """One task per setting, each with its own seeds (the same for every setting: the settings
     differ only in the victim)."""
@@ -503,6 +606,13 @@ def control_tasks() -> list:
               "victim_seeds": CONTROL_SETTINGS[name][2]},
              costs[name], (("control", name),))
         for name in CONTROL_SETTINGS
+    ] + [
+        Task("oracle MLP transfer", oracle_task,
+             {"surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED, "oracle_seed": ORACLE_SEED,
+              "victim_seeds": ORACLE_SEEDS},
+             600.0, (("oracle", "MLP transfer"),)),
+        Task("S4D fit", s4d_fit_task, {"seeds": [0]}, 200.0, (("s4d_fit",),)),
     ]
 
 
@@ -525,6 +635,12 @@ def control_settings() -> dict:
                          "doses": list(d)} for k, (f, st, sd, a, d) in CONTROL_SETTINGS.items()},
         "extractor_seed": EXTRACTOR_SEED,
         "attack_seed": ATTACK_SEED,
+        "oracle": {"victim": "MLP transfer", "steps": ORACLE_STEPS, "lr_in_eps": 0.1,
+                   "start": "zero", "unrolled_seed": ORACLE_SEED, "victim_seeds": ORACLE_SEEDS,
+                   "eps_gray": CONTROL_EPS_GRAY,
+                   "poison_choices": ["random images of the adversarial class (the control's)",
+                                      "nearest in the extractor's feature space"]},
+        "s4d_fit_epochs": list(S4D_FIT_EPOCHS),
     }
 
 

@@ -349,11 +349,75 @@ def choose_poisons(y_train, adversarial: int, budget: int, seed: int) -> torch.T
     return members[torch.from_numpy(np.sort(pick))]
 
 
+def choose_nearest(features, x_train, y_train, x_target, adversarial: int,
+                   budget: int) -> torch.Tensor:
+    """The ``budget`` training images of class ``adversarial`` nearest the target ``x_target``
+    (L,) in the feature space of ``features`` (a callable x (n, L) → φ(x) (n, F)): the indices
+    i minimizing ‖φ(x_i) − φ(x_target)‖₂, in increasing index order (ties: the smaller index).
+
+    The base images of a feature-collision attack (Shafahi et al. 2018) are the adversarial-class
+    images whose features already lie closest to the target's; here the same rule picks the
+    images a perturbation of bounded size has the shortest way to move."""
+    as_callable(features, "features", "(x) -> phi(x)")
+    x_train = _check_sequences(x_train, "x_train")
+    y_train = _check_labels(x_train, y_train, "y_train")
+    x_target = as_tensor(x_target, "x_target", shape=(x_train.shape[1],), detach=True)
+    adversarial = as_int(adversarial, "adversarial class", minimum=0, maximum=MAX_INDEX)
+    budget = as_int(budget, "budget", minimum=1)
+    members = torch.nonzero(y_train == adversarial).flatten()
+    if budget > len(members):
+        raise ValueError(
+            f"budget {budget} is larger than the adversarial class {adversarial}, which has "
+            f"{len(members)} training images"
+        )
+    with torch.no_grad():
+        phi = features(torch.cat([x_target[None], x_train[members]]))
+    if not isinstance(phi, torch.Tensor) or phi.ndim != 2 or len(phi) != len(members) + 1:
+        raise ValueError(f"features must map (n, L) to (n, F), got {_describe(phi)}")
+    phi = _check_result(phi.to(DTYPE), "the features")
+    dist = torch.linalg.vector_norm(phi[1:] - phi[0], dim=-1)
+    order = np.lexsort((members.numpy(), dist.numpy()))[:budget]
+    return members[torch.from_numpy(np.sort(order))]
+
+
 def _project(delta: torch.Tensor, base: torch.Tensor, eps: float, lo: float, hi: float):
     """Onto {‖δ‖_∞ ≤ ε, lo ≤ x + δ ≤ hi}: both are boxes, so clamp to their intersection."""
     return torch.maximum(
         torch.minimum(delta, (hi - base).clamp(max=eps)), (lo - base).clamp(min=-eps)
     )
+
+
+def _start(config: AttackConfig, base: torch.Tensor, eps: float, lo: float, hi: float,
+           seed: int) -> torch.Tensor:
+    """The random start of ``config``'s step rule (uniform in the ε-box, or the authors'
+    ε·N(0, 1) clipped to it), drawn with ``seed`` and projected into the data range."""
+    gen = torch.Generator().manual_seed(seed)
+    if config.step_rule == "authors":
+        start = torch.randn(base.shape, generator=gen, dtype=torch.float64).clamp(-1, 1) * eps
+    else:
+        start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
+    return _project(start.to(base.dtype), base, eps, lo, hi)
+
+
+def _signed_adam(matching, w: torch.Tensor, start: torch.Tensor, base: torch.Tensor, eps: float,
+                 lo: float, hi: float, config: AttackConfig) -> torch.Tensor:
+    """Signed Adam on ℳ(δ) + Σ w δ² from ``start``: ``config.steps`` steps of the sizes
+    :meth:`AttackConfig.step_sizes`, each followed by the projection onto the ε-box and the data
+    range. Returns the final δ (detached)."""
+    delta = start.clone().requires_grad_()
+    sizes = config.step_sizes(eps)
+    opt = torch.optim.Adam([delta], lr=float(sizes[0]))
+    for step in range(config.steps):
+        for group in opt.param_groups:
+            group["lr"] = float(sizes[step])
+        objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
+        opt.zero_grad(set_to_none=True)
+        (grad,) = torch.autograd.grad(objective, [delta])
+        delta.grad = grad.sign()
+        opt.step()
+        with torch.no_grad():
+            delta.copy_(_project(delta, base, eps, lo, hi))
+    return delta.detach()
 
 
 def _check_range(data_range) -> tuple[float, float]:
@@ -517,6 +581,7 @@ def brew(
     *,
     seed: int = 0,
     victim: Victim | None = None,
+    poison_index=None,
 ) -> Brew | list[Brew]:
     """Gradient-matching poisons for A attacks (target ``targets[a]``, class ``adversarial[a]``).
 
@@ -528,7 +593,8 @@ def brew(
     ``adversarial`` classes (each ≠ the target's true class); ``budget`` poisons per attack, ``eps``
     the ℓ∞ bound, ``data_range`` = (lo, hi) the pixel range. Attack a poisons the training images
     :func:`choose_poisons` (y_train, adversarial[a], budget, seed + a) draws. Returns a
-    :class:`Brew`.
+    :class:`Brew`. ``poison_index`` (A, ``budget``), if given, names attack a's poisons instead
+    (training images of class ``adversarial[a]``, e.g. :func:`choose_nearest`'s).
 
     ``config`` may also be a list of configs that differ only in their regularizer (``reg_factor``,
     ``row_length``): then every config attacks the same targets with the same poison images from
@@ -564,9 +630,17 @@ def brew(
             raise ValueError(f"adversarial class {c} is the true class of target {t}")
     length = x_train.shape[1]
     weights = torch.stack([c.reg_factor * row_weights(length, c.row_length) for c in configs])
-    index = torch.stack(
-        [choose_poisons(y_train, c, budget, seed + a) for a, c in enumerate(adversarial)]
-    )
+    if poison_index is None:
+        index = torch.stack(
+            [choose_poisons(y_train, c, budget, seed + a) for a, c in enumerate(adversarial)]
+        )
+    else:
+        index = _as_indices(poison_index, "poison_index", (len(targets), budget), len(x_train),
+                            "training indices")
+        for a, c in enumerate(adversarial):
+            if len(set(index[a].tolist())) != budget or bool((y_train[index[a]] != c).any()):
+                raise ValueError(f"poison_index[{a}] must hold {budget} distinct training "
+                                 f"images of the adversarial class {c}")
     n_cfg, n_att, restarts = len(configs), len(targets), configs[0].restarts
     md = victim.dtype
     # runs in the order (config, attack, restart)
@@ -575,32 +649,14 @@ def brew(
     base = x_train[index].repeat_interleave(restarts, dim=0).to(md)  # (A·restarts, P, L)
     matching = _Matching(victim, surrogate, x_test[t_idx].to(md), adv, base.repeat(n_cfg, 1, 1))
     _check_classes({"y_train": y_train, "y_test": y_test}, matching.classes)
-    gen = torch.Generator().manual_seed(seed)
-    if configs[0].step_rule == "authors":
-        start = torch.randn(base.shape, generator=gen, dtype=torch.float64).clamp(-1, 1) * eps
-    else:
-        start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
-    start = _project(start.to(md), base, eps, lo, hi)
-    delta = start.repeat(n_cfg, 1, 1).requires_grad_()
+    start = _start(configs[0], base, eps, lo, hi, seed).repeat(n_cfg, 1, 1)
     base = base.repeat(n_cfg, 1, 1)
-    sizes = configs[0].step_sizes(eps)
-    opt = torch.optim.Adam([delta], lr=float(sizes[0]))
     w = weights.to(md).repeat_interleave(n_att * restarts, dim=0)[:, None, :]  # (runs, 1, L)
-
-    for step in range(configs[0].steps):
-        for group in opt.param_groups:
-            group["lr"] = float(sizes[step])
-        objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
-        opt.zero_grad(set_to_none=True)
-        (grad,) = torch.autograd.grad(objective, [delta])
-        delta.grad = grad.sign()
-        opt.step()
-        with torch.no_grad():
-            delta.copy_(_project(delta, base, eps, lo, hi))
-    final = matching(delta.detach()).detach().reshape(n_cfg, n_att, restarts)
+    delta = _signed_adam(matching, w, start, base, eps, lo, hi, configs[0])
+    final = matching(delta).detach().reshape(n_cfg, n_att, restarts)
     _check_result(final, "the matching loss of the poisons")
     best = final.argmin(-1)  # (configs, attacks)
-    chosen = delta.detach().reshape(n_cfg, n_att, restarts, budget, -1)
+    chosen = delta.reshape(n_cfg, n_att, restarts, budget, -1)
     rows = torch.arange(n_att)
     brews = [
         Brew(
@@ -676,29 +732,13 @@ def brew_joint(
     adv = torch.full((runs, len(targets)), intended, dtype=torch.int64)
     matching = _Matching(victim, surrogate, x_t, adv, base, poison_labels=labels)
     _check_classes({"y_train": y_train, "intended": torch.tensor([intended])}, matching.classes)
-    gen = torch.Generator().manual_seed(seed)
-    if config.step_rule == "authors":
-        start = torch.randn(base.shape, generator=gen, dtype=torch.float64).clamp(-1, 1) * eps
-    else:
-        start = (torch.rand(base.shape, generator=gen, dtype=torch.float64) * 2 - 1) * eps
-    delta = _project(start.to(md), base, eps, lo, hi).requires_grad_()
-    sizes = config.step_sizes(eps)
-    opt = torch.optim.Adam([delta], lr=float(sizes[0]))
     w = (config.reg_factor * row_weights(x_train.shape[1], config.row_length)).to(md)
-    for step in range(config.steps):
-        for group in opt.param_groups:
-            group["lr"] = float(sizes[step])
-        objective = matching(delta, create_graph=True).sum() + (w * delta * delta).sum()
-        opt.zero_grad(set_to_none=True)
-        (grad,) = torch.autograd.grad(objective, [delta])
-        delta.grad = grad.sign()
-        opt.step()
-        with torch.no_grad():
-            delta.copy_(_project(delta, base, eps, lo, hi))
-    final = matching(delta.detach()).detach().reshape(restarts, chunks).sum(-1)
+    delta = _signed_adam(matching, w, _start(config, base, eps, lo, hi, seed), base, eps, lo, hi,
+                         config)
+    final = matching(delta).detach().reshape(restarts, chunks).sum(-1)
     _check_result(final, "the matching loss of the poisons")
     best = int(final.argmin())
-    chosen = delta.detach().reshape(restarts, n_poisons, -1)[best]
+    chosen = delta.reshape(restarts, n_poisons, -1)[best]
     return {
         "poison_index": index,
         "delta": chosen.to(DTYPE),

@@ -44,19 +44,11 @@ FEATURE_CHUNK = 8192  # sequences per call of φ when training (memory, not resu
 
 
 @dataclass(frozen=True)
-class HeadTrainConfig:
-    """AdamW on shuffled minibatches of the head (T.1), constant learning rate."""
+class HeadTrainConfig(mlp_victim.TrainConfig):
+    """AdamW on shuffled minibatches of the head (T.1), constant learning rate: the fields and
+    checks of :class:`lib.mlp_victim.TrainConfig`, 40 epochs by default."""
 
     epochs: int = 40
-    batch: int = 32
-    lr: float = 1e-2
-    weight_decay: float = 0.0
-
-    def __post_init__(self):
-        as_int(self.epochs, "epochs", minimum=1)
-        as_int(self.batch, "batch", minimum=1)
-        as_positive_float(self.lr, "lr")
-        as_positive_float(self.weight_decay, "weight_decay", allow_zero=True)
 
 
 def _one_run(params, name: str) -> Params:
@@ -139,18 +131,7 @@ def victim(
         )
 
     def init(seeds) -> Params:
-        seeds = as_seeds(seeds)
-        bound = 1 / math.sqrt(feature_dim)
-        runs = []
-        for seed in seeds:
-            g = torch.Generator().manual_seed(seed)
-            w = (torch.rand(classes, feature_dim, generator=g, dtype=torch.float64) * 2 - 1) * bound
-            b = (torch.rand(classes, generator=g, dtype=torch.float64) * 2 - 1) * bound
-            runs.append((w, b))
-        return {
-            "w": torch.stack([w for w, _ in runs]).to(dtype),
-            "b": torch.stack([b for _, b in runs]).to(dtype),
-        }
+        return init_head(feature_dim, classes, seeds, dtype)
 
     def head(params: Params, phi: torch.Tensor) -> torch.Tensor:
         if phi.ndim == 2:
@@ -212,3 +193,156 @@ def accuracy(victim_, params: Params, x, labels) -> torch.Tensor:
         labels = labels.expand(runs, -1)
     labels = _as_labels(labels, "labels", tuple(x.shape[:2]), None)
     return (pred == labels).double().mean(-1)
+
+
+def unrolled_head(phi_clean: torch.Tensor, y_clean: torch.Tensor, phi_poison: torch.Tensor,
+                  y_poison: torch.Tensor, seed: int, classes: int,
+                  train_config: HeadTrainConfig = HeadTrainConfig()) -> Params:
+    """The head (T.1) that :func:`victim`'s ``train`` returns for ``seed`` on the clean set with
+    the poisons appended, computed differentiably in the poisons' features.
+
+    ``phi_clean`` (n, F) and ``y_clean`` (n,): the clean set's features and labels; ``phi_poison``
+    (A, P, F) and ``y_poison`` (A, P): A poison sets, one run each. The same initialization, the
+    same shuffled minibatches and AdamW written out (Loshchilov & Hutter 2019, Alg. 2):
+
+        θ ← θ (1 − η λ),  m ← β₁ m + (1 − β₁) g,  v ← β₂ v + (1 − β₂) g²,
+        θ ← θ − η m̂ / (√v̂ + 10⁻⁸),   m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ),          (T.2)
+
+    with g the mean cross-entropy's gradient in (W, b), (softmax(Wφ + b) − e_y) φᵀ and
+    softmax(Wφ + b) − e_y averaged over the minibatch, β = (0.9, 0.999), η, λ of
+    ``train_config``. Returns {"w": (A, K, F), "b": (A, K)}, which autograd differentiates through
+    every step (memory grows with the steps × A × batch × F)."""
+    if not isinstance(train_config, HeadTrainConfig):
+        raise ValueError(
+            f"train_config must be a HeadTrainConfig, got {type(train_config).__name__}"
+        )
+    phi_clean = as_tensor(phi_clean, "phi_clean", ndim=2, nonempty=True)
+    if not isinstance(phi_poison, torch.Tensor) or phi_poison.ndim != 3 or (
+        phi_poison.shape[-1] != phi_clean.shape[-1] or 0 in phi_poison.shape
+    ):
+        raise ValueError(f"phi_poison must have shape (A, P, {phi_clean.shape[-1]}), got "
+                         f"{_describe(phi_poison)}")
+    runs, n_poison, width = phi_poison.shape
+    y_clean = _as_labels(y_clean, "y_clean", (len(phi_clean),), classes)
+    y_poison = _as_labels(y_poison, "y_poison", (runs, n_poison), classes)
+    dtype = phi_poison.dtype
+    params = init_head(width, classes, [as_seeds([seed])[0]], dtype)
+    w = params["w"].expand(runs, -1, -1)
+    b = params["b"].expand(runs, -1)
+    phi = torch.cat([phi_clean.to(dtype).expand(runs, -1, -1), phi_poison], 1)
+    onehot = torch.nn.functional.one_hot(torch.cat([y_clean.expand(runs, -1), y_poison], 1),
+                                         classes).to(dtype)
+    n = phi.shape[1]
+    beta1, beta2, lr, decay = 0.9, 0.999, train_config.lr, train_config.weight_decay
+    moments = [torch.zeros_like(w), torch.zeros_like(w), torch.zeros_like(b), torch.zeros_like(b)]
+    gen, step = np.random.default_rng(seed), 0
+    for _ in range(train_config.epochs):
+        perm = torch.from_numpy(gen.permutation(n))
+        for j in range(0, n, train_config.batch):
+            idx = perm[j : j + train_config.batch]
+            batch, target = phi[:, idx], onehot[:, idx]
+            out = torch.baddbmm(b[:, None, :], batch, w.transpose(1, 2))
+            residual = (torch.softmax(out, -1) - target) / len(idx)
+            grads = (residual.transpose(1, 2) @ batch, residual.sum(1))
+            step += 1
+            new = []
+            for k, (p, g) in enumerate(zip((w, b), grads, strict=True)):
+                m = beta1 * moments[2 * k] + (1 - beta1) * g
+                v = beta2 * moments[2 * k + 1] + (1 - beta2) * g * g
+                moments[2 * k], moments[2 * k + 1] = m, v
+                v_hat = v / (1 - beta2**step)
+                # the 1e-300 keeps the square root's derivative finite where v = 0 (the value is
+                # unchanged: sqrt(v + 1e-300) = sqrt(v) to float64 resolution for v > 1e-284)
+                p = p * (1 - lr * decay) - lr * (m / (1 - beta1**step)) / (
+                    torch.sqrt(v_hat + 1e-300) + 1e-8)
+                new.append(p)
+            w, b = new
+    return {"w": w, "b": b}
+
+
+def init_head(feature_dim: int, classes: int, seeds, dtype: torch.dtype = torch.float64) -> Params:
+    """The head's initialization of :func:`victim`: W, b ~ U[−1/√F, 1/√F] (PyTorch's fan-in
+    rule), drawn in float64 from each run's seed, then cast to ``dtype``."""
+    feature_dim = as_size(feature_dim, "feature_dim")
+    classes = as_size(classes, "classes", minimum=2, per=feature_dim)
+    seeds = as_seeds(seeds)
+    bound = 1 / math.sqrt(feature_dim)
+    runs = []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        w = (torch.rand(classes, feature_dim, generator=g, dtype=torch.float64) * 2 - 1) * bound
+        b = (torch.rand(classes, generator=g, dtype=torch.float64) * 2 - 1) * bound
+        runs.append((w, b))
+    return {
+        "w": torch.stack([w for w, _ in runs]).to(dtype),
+        "b": torch.stack([b for _, b in runs]).to(dtype),
+    }
+
+
+def unrolled_attack(features: Callable[[torch.Tensor], torch.Tensor], feature_dim: int, x_train,
+                    y_train, x_test, targets, adversarial, poison_index, eps: float, data_range,
+                    *, classes: int = 10, train_config: HeadTrainConfig = HeadTrainConfig(),
+                    seed: int = 0, steps: int = 60, lr: float = 0.1, chunk: int = 8) -> dict:
+    """The white-box attack on the transfer victim: poisons that minimize the target's loss under
+    the head retrained on them, differentiated through the whole retraining.
+
+    For attack a (target x_{t_a}, adversarial class c_a, poisons ``poison_index[a]`` (P,)):
+
+        min_δ  ℓ(W_T(δ) φ(x_{t_a}) + b_T(δ), c_a)   s.t. ‖δ‖_∞ ≤ ε, lo ≤ x + δ ≤ hi,      (T.3)
+
+    (W_T, b_T)(δ) the head after the T steps (T.2) of :func:`unrolled_head` from the
+    initialization and minibatches of ``seed`` (the victim's own training, bit for bit in
+    float64), ℓ the cross-entropy. Where gradient matching aligns the poisons' gradient with the
+    target's on one fixed surrogate, (T.3) follows the whole retraining: it is the attack against
+    which the victim of that seed has no room left, an upper bound for a bounded attacker who
+    knows it (a bilevel attack, as in MetaPoison, Huang et al. 2020, unrolled to the end here).
+    Signed Adam with steps ``lr`` · ε, constant, from δ = 0, ``steps`` ≥ 0 steps, each projected
+    onto the box; attacks in chunks of ``chunk`` (memory). Returns ``{"delta" (A, P, L) float64,
+    "loss" (A,) the target's loss (T.3) at the end}``."""
+    as_callable(features, "features", "(x) -> phi(x)")
+    feature_dim = as_size(feature_dim, "feature_dim")
+    if not isinstance(train_config, HeadTrainConfig):
+        raise ValueError(
+            f"train_config must be a HeadTrainConfig, got {type(train_config).__name__}"
+        )
+    from lib import gradient_matching as gm
+
+    x_train = gm._check_sequences(x_train, "x_train")
+    x_test = gm._check_sequences(x_test, "x_test", x_train.shape[1])
+    y_train = _as_labels(y_train, "y_train", (len(x_train),), classes)
+    eps, lo, hi = gm._check_box(eps, data_range, x_train, "x_train")
+    targets = [as_int(t, "target index", minimum=0, maximum=len(x_test) - 1)
+               for t in gm.as_list(targets, "targets")]
+    adversarial = _as_labels(adversarial, "adversarial", (len(targets),), classes)
+    index = gm._as_indices(poison_index, "poison_index", (len(targets), None), len(x_train),
+                           "training indices")
+    steps = as_int(steps, "steps", minimum=0)
+    lr = as_positive_float(lr, "lr")
+    chunk = as_int(chunk, "chunk", minimum=1)
+    seed = gm.as_seed(seed)
+    with torch.no_grad():
+        phi_clean = _features(features, x_train.to(torch.float64), torch.float64, feature_dim)
+    deltas, losses = [], []
+    for first in range(0, len(targets), chunk):
+        rows = slice(first, first + chunk)
+        base, adv = x_train[index[rows]], adversarial[rows]
+        x_t = x_test[targets[rows]]
+        delta = torch.zeros_like(base, requires_grad=True)
+        opt = torch.optim.Adam([delta], lr=lr * eps)
+        for _ in range(steps + 1):
+            phi_p = _phi(features, base + delta, torch.float64, feature_dim)
+            head = unrolled_head(phi_clean, y_train, phi_p, y_train[index[rows]], seed, classes,
+                                 train_config)
+            phi_t = _phi(features, x_t, torch.float64, feature_dim)
+            out = torch.einsum("akf,af->ak", head["w"], phi_t) + head["b"]
+            loss = torch.nn.functional.cross_entropy(out, adv, reduction="none")
+            if _ == steps:
+                break
+            (grad,) = torch.autograd.grad(loss.sum(), [delta])
+            delta.grad = grad.sign()
+            opt.step()
+            with torch.no_grad():
+                delta.copy_(gm._project(delta, base, eps, lo, hi))
+        deltas.append(delta.detach())
+        losses.append(_check_result(loss.detach(), "the target's loss"))
+    return {"delta": torch.cat(deltas), "loss": torch.cat(losses)}

@@ -412,3 +412,41 @@ def test_a_victim_whose_logits_have_the_wrong_shape_is_named():
     params = {"w": torch.zeros(1, 3, dtype=DT)}
     with pytest.raises(ValueError, match="the flat victim's logits must have shape"):
         victim.per_run_loss(params, torch.zeros(1, 2, 4, dtype=DT), torch.zeros(1, 2).long())
+
+
+def test_choose_nearest_takes_the_closest_images_of_the_class(setting):
+    """The budget images of the adversarial class nearest the target in feature space, sorted:
+    with the identity as features, the smallest Euclidean distances in pixel space."""
+    _, x, y, xt, yt, _ = setting
+    t, c = target_and_class(yt)
+    chosen = gm.choose_nearest(lambda v: v, x, y, xt[t], c, 5)
+    members = torch.nonzero(y == c).flatten()
+    dist = torch.linalg.vector_norm(x[members] - xt[t], dim=-1)
+    expected = members[dist.argsort()[:5]].sort().values
+    assert torch.equal(chosen, expected)
+    assert bool((y[chosen] == c).all())
+    # a feature map that sees only the last pixel ranks by that pixel alone
+    last = gm.choose_nearest(lambda v: v[:, -1:], x, y, xt[t], c, 3)
+    gap = (x[members, -1] - xt[t, -1]).abs()
+    assert float(gap[torch.isin(members, last)].max()) <= float(
+        gap[~torch.isin(members, last)].min())
+
+
+def test_brew_uses_the_poisons_it_is_given(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    index = gm.choose_nearest(lambda v: v, x, y, xt[t], c, 4)[None]
+    config = gm.AttackConfig(steps=2, restarts=1)
+    b = gm.brew(surrogate, x, y, xt, yt, [t], [c], 4, 0.1, rng, config, poison_index=index)
+    assert torch.equal(b.poison_index, index)
+    other = torch.nonzero(y != c).flatten()[:4][None]
+    with pytest.raises(ValueError, match="adversarial class"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 4, 0.1, rng, config, poison_index=other)
+    with pytest.raises(ValueError, match="poison_index"):
+        gm.brew(surrogate, x, y, xt, yt, [t], [c], 4, 0.1, rng, config, poison_index=index[:, :3])
+    with pytest.raises(ValueError, match="budget"):
+        gm.choose_nearest(lambda v: v, x, y, xt[t], c, int((y == c).sum()) + 1)
+    with pytest.raises(ValueError, match="features must map"):
+        gm.choose_nearest(lambda v: v[0], x, y, xt[t], c, 2)
+    with pytest.raises(ValueError, match="x_target"):
+        gm.choose_nearest(lambda v: v, x, y, xt[t, :5], c, 2)

@@ -121,3 +121,26 @@ def test_a_control_setting_on_a_tiny_size(monkeypatch):
             assert len(arm["success"]) == 4 and set(np.unique(arm["success"])) <= {0, 1}
     with pytest.raises(ValueError, match="family"):
         rp.control_victim("CNN", "transfer", None, 0)
+
+
+def test_the_oracle_task_on_a_tiny_size(monkeypatch):
+    """The white-box task: its arms, each random control of its arm's size, one outcome per
+    (target, seed) pair; and the S4D fit task's layout."""
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", 2)
+    monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
+    monkeypatch.setattr(rp, "ORACLE_STEPS", 2)
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1))
+    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
+    out = rp.oracle_task(surrogate_seed=100, extractor_seed=200, target_seed=0, attack_seed=1,
+                         oracle_seed=0, victim_seeds=[0, 2])
+    record = out[("oracle", "MLP transfer")]
+    _plain(record)
+    arms = ("unrolled, random images", "unrolled, nearest images", "matching, nearest images")
+    assert set(record["arms"]) == set(arms) | {f"random, size of {a}" for a in arms}
+    for arm in arms:
+        ratio = record["arms"][f"random, size of {arm}"]["size_ratio"]
+        assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    for arm in record["arms"].values():
+        assert len(arm["success"]) == 4 and arm["linf_over_eps_median"] <= 1 + 1e-9
+    keys = {t.key for t in rp.tasks()}
+    assert {"oracle MLP transfer", "S4D fit"} <= keys

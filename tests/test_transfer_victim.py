@@ -87,3 +87,63 @@ def test_bad_input(setting):
         tv.victim(phi, 8).logits(tv.victim(phi, 8).init([0]), x[None, :3])
     with pytest.raises(ValueError, match="shape"):
         tv.accuracy(victim, victim.init([0]), x[0], y)
+
+
+def test_the_unrolled_head_is_the_victims_training(setting):
+    """unrolled_head (T.2) replays victim.train step for step: the same head, to rounding."""
+    extractor, victim, x, y, *_ = setting
+    phi = tv.mlp_features(extractor)
+    poisons = torch.arange(7)
+    trained = victim.train(torch.cat([x, x[poisons] + 0.01])[None],
+                           torch.cat([y, y[poisons]])[None], [3])
+    head = tv.unrolled_head(phi(x), y, phi(x[poisons] + 0.01)[None], y[poisons][None], 3, 10,
+                            tv.HeadTrainConfig(epochs=5))
+    torch.testing.assert_close(head["w"], trained["w"], rtol=0, atol=1e-12)
+    torch.testing.assert_close(head["b"], trained["b"], rtol=0, atol=1e-12)
+
+
+def test_the_unrolled_attack_lowers_the_targets_loss_inside_the_box(setting):
+    """(T.3): the white-box poisons lower the target's loss under the retrained head, stay in the
+    eps-box and the data range, and that head is the one victim.train returns on them."""
+    extractor, victim, x, y, xt, yt, rng = setting
+    phi = tv.mlp_features(extractor)
+    config = tv.HeadTrainConfig(epochs=2)
+    targets = [0, 1]
+    adversarial = [(int(yt[t]) + 1) % 10 for t in targets]
+    index = torch.stack([torch.nonzero(y == c).flatten()[:6] for c in adversarial])
+    eps = 0.5
+    kwargs = dict(classes=10, train_config=config, seed=4, chunk=1)
+    start = tv.unrolled_attack(phi, 16, x, y, xt, targets, adversarial, index, eps, rng, steps=0,
+                               **kwargs)
+    assert float(start["delta"].abs().max()) == 0.0
+    out = tv.unrolled_attack(phi, 16, x, y, xt, targets, adversarial, index, eps, rng, steps=15,
+                             **kwargs)
+    delta = out["delta"]
+    assert delta.shape == (2, 6, 64) and float(delta.abs().max()) <= eps + 1e-12
+    perturbed = x[index] + delta
+    assert float(perturbed.min()) >= rng[0] - 1e-12 and float(perturbed.max()) <= rng[1] + 1e-12
+    assert bool((out["loss"] < start["loss"]).all()), (out["loss"], start["loss"])
+    head_victim = tv.victim(phi, 16, 10, config)
+    trained = gm.retrain(head_victim, x, y, index, delta, [4])
+    logits = head_victim.logits(trained, xt[targets][:, None, :])[:, 0]
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(adversarial), reduction="none")
+    torch.testing.assert_close(loss, out["loss"], rtol=1e-9, atol=1e-9)
+
+
+def test_the_unrolled_attack_rejects_bad_input(setting):
+    extractor, victim, x, y, xt, yt, rng = setting
+    phi = tv.mlp_features(extractor)
+    index = torch.nonzero(y == 1).flatten()[:4][None]
+    args = (phi, 16, x, y, xt, [0], [1], index, 0.5, rng)
+    with pytest.raises(ValueError, match="steps"):
+        tv.unrolled_attack(*args, steps=-1)
+    with pytest.raises(ValueError, match="chunk"):
+        tv.unrolled_attack(*args, chunk=0)
+    with pytest.raises(ValueError, match="eps"):
+        tv.unrolled_attack(*args[:8], 100.0, rng)
+    with pytest.raises(ValueError, match="poison_index"):
+        tv.unrolled_attack(*args[:7], index[0], 0.5, rng)
+    with pytest.raises(ValueError, match="HeadTrainConfig"):
+        tv.unrolled_attack(*args, train_config=mlp_victim.TrainConfig())
+    with pytest.raises(ValueError, match="phi_poison"):
+        tv.unrolled_head(phi(x), y, phi(x[:3]), y[:3][None], 0, 10)
