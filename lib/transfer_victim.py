@@ -37,7 +37,7 @@ from lib._checks import (
     as_tensor,
 )
 from lib.s4d import _as_labels, _per_run_cross_entropy
-from lib.s4d_ops import _check_result
+from lib.s4d_ops import _all_finite, _check_result
 
 Params = dict[str, torch.Tensor]
 FEATURE_CHUNK = 8192  # sequences per call of φ when training (memory, not results)
@@ -219,9 +219,12 @@ def unrolled_head(phi_clean: torch.Tensor, y_clean: torch.Tensor, phi_poison: to
     phi_clean = as_tensor(phi_clean, "phi_clean", ndim=2, nonempty=True)
     if not isinstance(phi_poison, torch.Tensor) or phi_poison.ndim != 3 or (
         phi_poison.shape[-1] != phi_clean.shape[-1] or 0 in phi_poison.shape
+        or phi_poison.dtype not in (torch.float32, torch.float64)
     ):
-        raise ValueError(f"phi_poison must have shape (A, P, {phi_clean.shape[-1]}), got "
-                         f"{_describe(phi_poison)}")
+        raise ValueError(f"phi_poison must be a float tensor of shape (A, P, "
+                         f"{phi_clean.shape[-1]}), got {_describe(phi_poison)}")
+    if not _all_finite(phi_poison):
+        raise ValueError("phi_poison must be finite, got nan or inf")
     runs, n_poison, width = phi_poison.shape
     y_clean = _as_labels(y_clean, "y_clean", (len(phi_clean),), classes)
     y_poison = _as_labels(y_poison, "y_poison", (runs, n_poison), classes)
@@ -338,6 +341,9 @@ def unrolled_attack(features: Callable[[torch.Tensor], torch.Tensor], feature_di
             loss = torch.nn.functional.cross_entropy(out, adv, reduction="none")
             if _ == steps:
                 break
+            if not loss.requires_grad:
+                raise ValueError("features must be differentiable in x (the attack follows "
+                                 "their gradient), got a result without a gradient")
             (grad,) = torch.autograd.grad(loss.sum(), [delta])
             delta.grad = grad.sign()
             opt.step()
