@@ -1484,12 +1484,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow", default=str(ALLOWLIST), help="the equation allowlist (JSON)")
     parser.add_argument("--report", help="also write every failure and note, by page, to this file")
     parser.add_argument("--only", nargs="+", help="test only the pages whose path contains one")
+    parser.add_argument("--shots", default=str(SHOTS),
+                        help=f"the folder for the screenshots (emptied first), default {SHOTS}")
     args = parser.parse_args(argv)
     site = Path(args.site).resolve()
     if not (site / "index.html").is_file():
         sys.exit(f"no built book in {site}: run `make book` first")
     start = time.perf_counter()
-    results = run(site, Path(args.allow), args.only)
+    results = run(site, Path(args.allow), args.only, Path(args.shots))
     print(f"{time.perf_counter() - start:.0f} s in the browser\n")
     for name, result in results.items():
         if result.failures or result.notes:
