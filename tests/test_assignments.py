@@ -17,27 +17,17 @@ time): several minutes of wall time in all on a loaded 2-core machine.
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import json
 import re
 import subprocess
-import sys
 import time
 import zipfile
-from pathlib import Path
 
 import nbformat
 import pytest
+from grading_support import ROOT, assignments, grading, read_grades, solution, student_bundle
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.not_numerics
-
-_spec = importlib.util.spec_from_file_location("assignments", ROOT / "tools" / "assignments.py")
-assignments = importlib.util.module_from_spec(_spec)
-sys.modules["assignments"] = assignments
-_spec.loader.exec_module(assignments)
-grading = assignments.grading
 
 
 NAMES = [p.stem for p in assignments.sources()]
@@ -107,11 +97,7 @@ WRONG = {
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    if reason := grading.sandbox.missing():  # no bubblewrap, and not root to install it
-        pytest.skip(reason)
-    out = tmp_path_factory.mktemp("student")
-    assignments.make_student(out, secret=SECRET)
-    return out
+    return student_bundle(tmp_path_factory)
 
 
 def settings(**changes) -> grading.Settings:
@@ -125,17 +111,8 @@ def answer_cell(nb, question: str) -> int:
     return index - 1
 
 
-def read_grades(folder: Path) -> dict[str, dict[str, str]]:
-    with open(folder / "grades.csv", newline="", encoding="utf-8") as f:
-        return {row["submission"]: row for row in csv.DictReader(f)}
-
-
 def scores(row: dict[str, str], points: dict[str, float]) -> dict[str, float]:
     return {**{q: float(row[q]) for q in points}, "score": float(row["score"])}
-
-
-def solution(bundle: Path, name: str):
-    return nbformat.read(bundle / "autograder" / f"{name}.ipynb", as_version=4)
 
 
 def insert_code(nb, index: int, source: str):

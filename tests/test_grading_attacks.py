@@ -24,32 +24,17 @@ honest notebook comes near them).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
+from grading_support import grade, grading, run_python, sandbox, solution, student_bundle
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.not_numerics
 SECRET = "attack-test-secret"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-assignments = _load("assignments")
-grading = sys.modules["grading"]
-sandbox = sys.modules["sandbox"]
 
 # Cell code shared by the attacks on the harness.
 FIND_JOB = """
@@ -275,10 +260,6 @@ def poisoned_velocity(a, kappa, p):
 )
 
 
-def _solution(bundle: Path, name: str):
-    return nbformat.read(bundle / "autograder" / f"{name}.ipynb", as_version=4)
-
-
 def _replace_answer(nb, function: str, code: str):
     (index,) = [
         i
@@ -295,39 +276,23 @@ def _with_cell(nb, code: str, where: int | None = None):
     return nb
 
 
-def _grade(folder: Path, name: str):
-    messages: list[str] = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("COURSE_SECRET", SECRET)
-        grading.grade_folder(
-            folder,
-            assignment=None,
-            settings=grading.Settings(timeout=120, cell_timeout=60, jobs=2, secret=SECRET),
-            echo=messages.append,
-        )
-    import csv
-
-    with open(folder / "grades.csv", newline="", encoding="utf-8") as f:
-        rows = {row["submission"]: row for row in csv.DictReader(f)}
-    return rows, messages
+def _grade(folder: Path):
+    settings = grading.Settings(timeout=120, cell_timeout=60, jobs=2, secret=SECRET)
+    return grade(folder, settings)
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    if reason := sandbox.missing():  # no bubblewrap, and not root to install it
-        pytest.skip(reason)
-    out = tmp_path_factory.mktemp("student")
-    assignments.make_student(out, ["ssm-basics", "poisoning-theorem"], secret=SECRET)
-    return out
+    return student_bundle(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def ssm(bundle, tmp_path_factory):
     name = "ssm-basics"
     folder = tmp_path_factory.mktemp("ssm-attacks")
-    nbformat.write(_solution(bundle, name), folder / "a_solution.ipynb")
+    nbformat.write(solution(bundle, name), folder / "a_solution.ipynb")
     for attack, code in SSM_ATTACKS.items():
-        nb = _replace_answer(_solution(bundle, name), "step_response", code)
+        nb = _replace_answer(solution(bundle, name), "step_response", code)
         nbformat.write(nb, folder / f"{attack}.ipynb")
     # n31: a lone surrogate as the student id (valid JSON, not encodable text)
     data = json.loads((bundle / "autograder" / f"{name}.ipynb").read_text(encoding="utf-8"))
@@ -340,10 +305,10 @@ def ssm(bundle, tmp_path_factory):
     (folder / "n19_metadata_newline.ipynb").write_text(json.dumps(data), encoding="utf-8")
     # n20g: a file name that fakes a score with U+2215 (a look-alike of "/"), then spaces
     fake = "n20g_mallory: 10 \u2215 10 (graded, 11 s)" + " " * 140 + ".ipynb"
-    nbformat.write(_solution(bundle, name), folder / fake)
+    nbformat.write(solution(bundle, name), folder / fake)
     # n34: full answers, then a thread that never ends
     nb = _with_cell(
-        _solution(bundle, name),
+        solution(bundle, name),
         "import threading, time\n"
         "threading.Thread(target=lambda: [time.sleep(1) for _ in iter(int, 1)]).start()",
     )
@@ -358,11 +323,11 @@ record = {"variant": 0, "key": "q1/random_poles", "values": [[0.5] * 4_000_000],
 os.write(_fd, (json.dumps(record) + "\\n").encode())
 """
     )
-    nbformat.write(_with_cell(_solution(bundle, name), huge, 1), folder / "n35_huge_record.ipynb")
+    nbformat.write(_with_cell(solution(bundle, name), huge, 1), folder / "n35_huge_record.ipynb")
     import resource
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rows, messages = _grade(folder, name)
+    rows, messages = _grade(folder)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     return {"folder": folder, "rows": rows, "messages": messages, "grown_kb": grown, "fake": fake}
 
@@ -371,14 +336,14 @@ os.write(_fd, (json.dumps(record) + "\\n").encode())
 def poisoning(bundle, tmp_path_factory):
     name = "poisoning-theorem"
     folder = tmp_path_factory.mktemp("pt-attacks")
-    nbformat.write(_solution(bundle, name), folder / "a_solution.ipynb")
+    nbformat.write(solution(bundle, name), folder / "a_solution.ipynb")
     for attack, code in PT_ATTACKS.items():
-        nb = _replace_answer(_solution(bundle, name), "poisoned_velocity", code)
+        nb = _replace_answer(solution(bundle, name), "poisoned_velocity", code)
         nbformat.write(nb, folder / f"{attack}.ipynb")
     for attack, code in (("r2_lock_client", LOCK_CLIENT), ("r2_lock_server", LOCK_SERVER)):
-        nb = _replace_answer(_solution(bundle, name), "poisoned_velocity", code)
+        nb = _replace_answer(solution(bundle, name), "poisoned_velocity", code)
         nbformat.write(nb, folder / f"{attack}.ipynb")
-    rows, messages = _grade(folder, name)
+    rows, messages = _grade(folder)
     return {"rows": rows, "messages": messages}
 
 
@@ -505,12 +470,7 @@ def test_the_sandbox_refuses_the_system_calls_it_does_not_need():
         print("inet socket ok")
         """
     )
-    result = sandbox.run(
-        [sys.executable, "-I", "-c", code],
-        stdin=b"",
-        mounts=[(p, str(p)) for p in sandbox.python_mounts()],
-        limits=sandbox.Limits(wall_seconds=120),
-    )
+    result = run_python(code)
     out = result.stdout.decode()
     assert "vsock EAFNOSUPPORT" in out, out + result.stderr.decode()[-2000:]
     for name in ("io_uring_setup", "keyctl", "add_key", "ptrace"):

@@ -17,29 +17,14 @@ machine may be loaded many times over: they bound a hang, nothing honest comes n
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
-import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from grading_support import grading, run_python, sandbox
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.not_numerics
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-grading = _load("grading")
-sandbox = sys.modules["sandbox"]
 
 
 def test_the_sandbox_refuses_file_locks_and_notifications():
@@ -72,12 +57,7 @@ def test_the_sandbox_refuses_file_locks_and_notifications():
         print("sqlite", sqlite3.connect(":memory:").execute("select 6 * 7").fetchone()[0])
         """
     )
-    result = sandbox.run(
-        [sys.executable, "-I", "-c", code],
-        stdin=b"",
-        mounts=[(p, str(p)) for p in sandbox.python_mounts()],
-        limits=sandbox.Limits(wall_seconds=120),
-    )
+    result = run_python(code)
     out = result.stdout.decode()
     for name in ("flock", "lockf", "F_SETLK", "F_SETLKW", "F_GETLK", "F_OFD_SETLK", "F_OFD_GETLK"):
         assert f"{name} ENOLCK" in out, out + result.stderr.decode()[-2000:]

@@ -12,34 +12,28 @@ machine.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from grading_support import (
+    ROOT,
+    assignments,
+    grade,
+    grading,
+    read_grades,
+    run_python,
+    sandbox,
+    student_bundle,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 pytestmark = pytest.mark.not_numerics
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-assignments = _load("assignments")
-grading = sys.modules["grading"]
-sandbox = sys.modules["sandbox"]
 
 
 ASSIGNMENT = "gradient-flow"
@@ -117,16 +111,18 @@ def sandbox_processes() -> list[int]:
 
 
 def stage_folders() -> set[str]:
-    """The staging folders of sandboxes (only used when we are root), ours and others'."""
-    return {p.name for p in sandbox.LEASES.glob("*.stage")} if sandbox.LEASES.is_dir() else set()
+    """The staging folders left by this process's sandboxes (only used when we are root). Only
+    ours: another grader may be running at the same time (the other test process of `make
+    test-grading`, an instructor's), and its sandboxes hold folders of their own."""
+    if not sandbox.LEASES.is_dir():
+        return set()
+    ours = {f"{uid}.stage" for uid in sandbox.USED_UIDS}
+    return {p.name for p in sandbox.LEASES.glob("*.stage")} & ours
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    if reason := sandbox.missing():  # no bubblewrap, and not root to install it
-        pytest.skip(reason)
-    bundle = tmp_path_factory.mktemp("student")
-    assignments.make_student(bundle, [ASSIGNMENT], secret=SECRET)
+    bundle = student_bundle(tmp_path_factory)
     folder = tmp_path_factory.mktemp("submissions")
     outside = tmp_path_factory.mktemp("outside")
     canary = outside / "canary.txt"
@@ -142,16 +138,9 @@ def graded(tmp_path_factory):
     watched = [canary, ROOT / "README.md", ROOT / "book" / "assignments" / f"{ASSIGNMENT}.md"]
     watched += sorted(folder.glob("*.ipynb")) + sorted(bundle.rglob("*.*"))
     before = {path: digest(path) for path in watched}
-    stages = stage_folders()
-    messages: list[str] = []
     start = time.monotonic()
-    with pytest.MonkeyPatch.context() as patch:  # as `make grade COURSE_SECRET=...` runs
-        patch.setenv("COURSE_SECRET", SECRET)
-        grading.grade_folder(
-            folder,
-            settings=grading.Settings(timeout=30, cell_timeout=10, jobs=2, secret=SECRET),
-            echo=messages.append,
-        )
+    settings = grading.Settings(timeout=30, cell_timeout=10, jobs=2, secret=SECRET)
+    _, messages = grade(folder, settings)
     seconds = time.monotonic() - start
     written = digest(folder / "grades.csv")
     time.sleep(3)  # a detached process would have rewritten grades.csv by now
@@ -162,21 +151,13 @@ def graded(tmp_path_factory):
         "before": before,
         "messages": messages,
         "written": written,
-        "stages": stages,
         "seconds": seconds,
         "points": assignments.grading.load(ASSIGNMENT).auto,
     }
 
 
-def grade_rows(folder: Path) -> dict[str, dict]:
-    import csv
-
-    with open(folder / "grades.csv", newline="", encoding="utf-8") as f:
-        return {row["submission"]: row for row in csv.DictReader(f)}
-
-
 def test_every_hostile_submission_scores_what_its_honest_work_deserves(graded):
-    rows = grade_rows(graded["folder"])
+    rows = read_grades(graded["folder"])
     points = graded["points"]
     possible = sum(points.values())
     assert float(rows["solution.ipynb"]["score"]) == possible
@@ -208,7 +189,7 @@ def test_no_file_outside_a_sandbox_changes_and_grades_stay_as_written(graded):
 def test_nothing_survives_the_sandboxes(graded):
     if os.geteuid() == 0:  # sandboxes run as uids of their own only when we are root
         assert sandbox_processes() == []
-    assert stage_folders() <= graded["stages"]
+    assert stage_folders() == set()
 
 
 def test_the_terminal_sees_no_output_of_a_submission(graded):
@@ -241,7 +222,7 @@ def test_the_course_secret_never_reaches_a_sandbox(graded):
 
 
 def test_forged_result_records_neither_stop_nor_fool_the_grader(graded):
-    row = grade_rows(graded["folder"])["forged_results.ipynb"]
+    row = read_grades(graded["folder"])["forged_results.ipynb"]
     assert (row["score"], row["status"]) == ("0", "graded")
     for name in ("feedback", "grading-logs"):
         text = (graded["folder"] / name / "forged_results.txt").read_text(encoding="utf-8")
@@ -257,7 +238,7 @@ def test_a_sandbox_can_fill_only_its_own_capped_folders(graded):
 
 
 def test_malformed_files_are_one_row_each(graded):
-    rows = grade_rows(graded["folder"])
+    rows = read_grades(graded["folder"])
     assert rows["nested_deep.ipynb"]["status"].startswith("not a notebook")
     assert rows["assignment_by_path.ipynb"]["status"].startswith("a notebook of another")
     odd = rows["odd_sources.ipynb"]
@@ -283,13 +264,7 @@ def test_memory_and_time_limits_hold(graded):
 
 
 def _probe_sandbox(code: str, limits=None) -> str:
-    result = sandbox.run(
-        [sys.executable, "-I", "-c", code],
-        stdin=b"",
-        mounts=[(p, str(p)) for p in sandbox.python_mounts()],
-        limits=limits or sandbox.Limits(wall_seconds=60),
-    )
-    return result.stdout.decode()
+    return run_python(code, limits or sandbox.Limits(wall_seconds=60)).stdout.decode()
 
 
 def test_a_sandbox_has_no_network_no_repository_and_its_own_limits():

@@ -5,25 +5,16 @@ a classmate fail. Graded on the gradient-flow assignment: two folders of two sub
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
+from grading_support import ROOT, grading, read_grades, solution, student_bundle
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.not_numerics
-
-if "assignments" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location("assignments", ROOT / "tools" / "assignments.py")
-    sys.modules["assignments"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["assignments"])
-assignments = sys.modules["assignments"]
-grading = assignments.grading
 
 harness_spec = importlib.util.spec_from_file_location(
     "grading_harness", ROOT / "tools" / "grading_harness.py"
@@ -79,17 +70,12 @@ def grade(folder: Path, secret: str) -> dict[str, dict[str, str]]:
     grading.grade_folder(
         folder, settings=grading.Settings(jobs=2, secret=secret), echo=lambda *_: None
     )
-    with open(folder / "grades.csv", newline="", encoding="utf-8") as f:
-        return {row["submission"]: row for row in csv.DictReader(f)}
+    return read_grades(folder)
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    if reason := grading.sandbox.missing():  # no bubblewrap, and not root to install it
-        pytest.skip(reason)
-    out = tmp_path_factory.mktemp("student")
-    assignments.make_student(out, [NAME], secret="first secret")
-    return out
+    return student_bundle(tmp_path_factory)
 
 
 def test_hidden_inputs_follow_the_secret():
@@ -109,11 +95,11 @@ def test_answers_hard_coded_for_one_secret_fail_under_another(bundle, tmp_path):
     namespace = run_solution(spec, grading.draw(spec.parameters, "first secret", NAME, None))
     table = answers_for(spec, "first secret", namespace)
     assert {"descent_iterate", "flow_point", "predicted_gap"} <= set(table)
-    cheat = nbformat.read(bundle / "autograder" / f"{NAME}.ipynb", as_version=4)
+    cheat = solution(bundle, NAME)
     cheat.cells.append(nbformat.v4.new_code_cell(hard_coded(table)))
     nbformat.write(cheat, tmp_path / "hard-coded.ipynb")
     nbformat.write(
-        nbformat.read(bundle / "autograder" / f"{NAME}.ipynb", as_version=4),
+        solution(bundle, NAME),
         tmp_path / "honest.ipynb",
     )
     first = grade(tmp_path, "first secret")
@@ -133,7 +119,7 @@ def test_numbers_copied_from_a_classmate_fail(bundle, tmp_path):
     assert alice != bob and alice == grading.draw(spec.parameters, secret, NAME, "alice")
     assert alice != grading.draw(spec.parameters, "second secret", NAME, "alice")
     for student in ("alice", "bob"):  # honest work with each student's own parameters
-        nb = nbformat.read(bundle / "autograder" / f"{NAME}.ipynb", as_version=4)
+        nb = solution(bundle, NAME)
         nb.metadata["course"] = {"assignment": NAME, "student": student}
         nbformat.write(nb, tmp_path / f"{student}.ipynb")
     theirs = run_solution(spec, alice)
