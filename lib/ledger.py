@@ -45,11 +45,13 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
 5. One value of ours against a random number of the paper (``ours`` one number for ``"single"``,
    ``"mean"``, ...; or exactly ``paper_n`` seeds of ours, one value of the statistic): there is no
    spread of ours to place the paper's number in, so agreement within ``tol`` earns only **weak
-   evidence**; one run on each side carries little information.
+   evidence**, and a disagreement is **inconclusive**: one run on each side carries little
+   information either way.
 6. ``"interval"``: a spread of ours is **reproduced** when at least :data:`LEVEL` (nine in ten)
    of our runs lie in ``[low, high]`` (a one-sided bound: on its side); one value of ours inside the
-   range earns only **weak evidence**, since one run of ours has no spread (a deterministic quantity
-   of ours is an ``"exact"`` value or a :func:`check`).
+   range earns only **weak evidence**, and one value outside it is **inconclusive**, since one run
+   of ours has no spread (a deterministic quantity of ours is an ``"exact"`` value or a
+   :func:`check`).
 7. A value the paper's number must be told apart from (``against``: the null of a contrast, 0; the
    other arm's value, when the paper's number is one arm of a clean/poisoned pair): when rule 3 or 4
    places the paper's value inside our central 90 % but ``against`` lies inside it too, our runs
@@ -373,18 +375,15 @@ def _status(entry: dict) -> str:
     if stat == "interval":
         low = -math.inf if paper[0] is None else paper[0]
         high = math.inf if paper[1] is None else paper[1]
-        if "value" in ours:
-            if low <= ours["value"] <= high:
-                return "weak evidence"
-            agrees = False
+        if "value" in ours:  # one run of ours: rule 5's two outcomes
+            return "weak evidence" if low <= ours["value"] <= high else "inconclusive"
         else:
             agrees = _share_inside(ours["values"], low, high) >= LEVEL
     elif stat == "exact":
         agrees = abs(ours["value"] - paper) <= tol
     elif _one_sided(stat, entry["paper_n"], ours):
-        if abs(_ours_statistic(stat, ours) - paper) <= tol:
-            return "weak evidence"
-        agrees = False
+        agrees = abs(_ours_statistic(stat, ours) - paper) <= tol
+        return "weak evidence" if agrees else "inconclusive"
     else:
         band = entry["band"]
         agrees = band[0] <= paper <= band[1]
@@ -986,8 +985,9 @@ def rule_markdown() -> str:
         "on each side says little;",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
-        "contrast; the other arm's number, for one arm of a clean/poisoned pair): our runs cannot "
-        "tell the two apart, so this is not a reproduction;",
+        "contrast; the other arm's number, for one arm of a clean/poisoned pair), or one run of "
+        "ours misses a random number of the paper: our runs cannot decide, so this is neither a "
+        "reproduction nor a difference;",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
         "number illustrates, or is not the paper's setting (an analogue on other data or another "
         "model, named in the row), so whatever the numbers, it is not a reproduction; a threshold "
