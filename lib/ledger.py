@@ -652,6 +652,54 @@ def verdict(key: str) -> str:
     return _entries[key]["status"]
 
 
+def recorded(*keys: str) -> list[dict]:
+    """Copies of the entries ``keys`` recorded earlier in this kernel (for :func:`tally`)."""
+    for key in keys:
+        verdict(key)  # the same ValueError for an unknown key
+    return [json.loads(json.dumps(_entries[key])) for key in keys]
+
+
+#: How :func:`tally` names what a reproduced paper number was compared with.
+_HOW_REPRODUCED = {"exact": "exact", "single": "one run of the paper's among ours",
+                   "statistic": "a statistic of the paper's runs among ours",
+                   "interval": "a range of the paper's holding ours"}
+
+
+def tally(entries: Sequence[dict]) -> str:
+    """'5 entries: 4 reproduced (2 exact, 2 one run of the paper's among ours), 1 inconclusive'.
+
+    ``entries``: entries as :func:`recorded` returns them or as the committed ledger holds them.
+    The count of reproduced paper numbers is split by what was compared (rules 2, 3, 4 and 6 of the
+    module docstring), since an exact match and one run of the paper's placed inside the central
+    90 % of ours are not the same evidence; the other statuses are counted as they are.
+    """
+    if isinstance(entries, (str, dict)) or not all(
+            isinstance(e, dict) and "status" in e and "kind" in e for e in entries):
+        raise ValueError("tally takes a list of ledger entries (ledger.recorded(*keys), or "
+                         "entries of the committed ledger)")
+    if not entries:
+        return "no entry"
+    order = list(dict.fromkeys([*STATUSES, *CHECK_STATUSES]))
+    statuses = [e["status"] for e in entries]
+    parts = []
+    for word in order:
+        count = statuses.count(word)
+        if not count:
+            continue
+        text = f"{count} {word}"
+        if word == "reproduced":
+            kinds = [e["paper_stat"] if e["paper_stat"] in ("exact", "single", "interval")
+                     else "statistic" for e in entries
+                     if e["status"] == word and e["kind"] == "paper"]
+            split = [f"{kinds.count(k)} {how}" for k, how in _HOW_REPRODUCED.items()
+                     if kinds.count(k)]
+            if len(split) > 1 or (split and kinds[0] != "exact"):
+                text += " (" + ", ".join(split) + ")"
+        parts.append(text)
+    n = len(entries)
+    return f"{n} entr{'y' if n == 1 else 'ies'}: " + ", ".join(parts)
+
+
 _PAPER_FIELDS = {"kind", "paper", "item", "paper_stat", "paper_n", "paper_value", "in_hypotheses",
                  "ours", "tol", "section", "setting", "reason", "explain", "note", "status"}
 _CHECK_FIELDS = {"kind", "paper", "statement", "predicted", "ours", "tol", "section",

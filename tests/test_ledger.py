@@ -145,6 +145,25 @@ def test_a_band_that_also_holds_the_contrasted_value_is_inconclusive(chapter):
         _rec("nan", 7.5, seeds, "single", against=float("nan"))
 
 
+def test_a_tally_tells_an_exact_match_from_one_run_placed_among_ours(chapter):
+    seeds = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    _rec("t-exact", 1.0, 1.0, "exact", tol=0.01)
+    _rec("t-single", 7.5, seeds, "single")
+    _rec("t-mean", 4.5, seeds, "mean", paper_n=4)
+    _rec("t-one", 0.3, 0.31, "single", tol=0.02)
+    _rec("t-miss", 7.8, seeds, "single")
+    text = ledger.tally(ledger.recorded("t-exact", "t-single", "t-mean", "t-one", "t-miss"))
+    assert text == ("5 entries: 3 reproduced (1 exact, 1 one run of the paper's among ours, "
+                    "1 a statistic of the paper's runs among ours), 1 weak evidence, "
+                    "1 not reproduced")
+    assert ledger.tally(ledger.recorded("t-exact")) == "1 entry: 1 reproduced"
+    assert ledger.tally([]) == "no entry"
+    with pytest.raises(ValueError, match="no entry"):
+        ledger.recorded("t-nowhere")
+    with pytest.raises(ValueError, match="list of ledger entries"):
+        ledger.tally("t-exact")
+
+
 def test_an_exact_value_is_reproduced_within_its_tolerance(chapter):
     assert _rec("a", 1.27e-3, 1.2712e-3, "exact", tol=5e-6) == "reproduced"
     assert _rec("b", 1.27e-3, 1.29e-3, "exact", tol=5e-6) == "not reproduced"
