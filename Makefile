@@ -5,6 +5,8 @@
 #   make pdf       build the book, then print it as one PDF, _build/html/book.pdf (the footer's PDF link)
 #   make site-test build the book and its PDF, then test it offline in headless Chromium (screenshots in _build/site-test)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
+#   make test-grading  the grading tests alone: every assignment graded in sandboxes, hostile submissions
+#   make check-results the committed long-run results against the code (one sampled task per file recomputed)
 #   make test-portable  the unit tests under portable kernels and two threads (as other machines)
 #   make full      execute every chapter at BOOK_SCALE=full (the larger settings), with timings
 #   make student   the assignments' student notebooks and autograder bundles in _build/student
@@ -33,7 +35,7 @@ RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 # (whose font files were gone) made every figure with math print "findfont" lines on the pages.
 MPL := MPLCONFIGDIR="$(CURDIR)/$(VENV)/mplconfig"
 
-.PHONY: help venv setup vendor test test-portable full book pdf site-test student grade lint bench ledger reproduce clean lock
+.PHONY: help venv setup vendor test test-grading check-results test-portable full book pdf site-test student grade lint bench ledger reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -77,14 +79,34 @@ SOURCES_HASH = { git ls-files -co --exclude-standard -z -- book lib tools benchm
 SAME_SOURCES = $(shell test -f $(EXECUTED) && git rev-parse --git-dir >/dev/null 2>&1 \
   && test "$$(cat $(EXECUTED))" = "$$($(SOURCES_HASH))" && echo yes)
 
-# The unit tests in two processes (pytest-xdist), except the grading and browser tests
-# ("not_numerics"), which start sandboxes and browsers of their own and run on their own after.
+# The unit tests in two processes (pytest-xdist); then the grading tests (make test-grading) and
+# the other tests marked "not_numerics" (the browser, the built site's notebooks), which start
+# sandboxes and browsers of their own, one test at a time; the chapters; the ledger; the committed
+# results. BESIDE_BOOK=1 (set by .ci/run only, which runs make test-grading and make check-results
+# beside the book build, from the same tree) leaves those two out.
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -q -n 2 -m "not not_numerics"
-	$(BIN)/python -m pytest tests -q -m not_numerics
+	$(if $(BESIDE_BOOK),@echo "the grading tests ran beside the book build (.ci/run)",$(MAKE) --no-print-directory test-grading)
+	$(BIN)/python -m pytest tests -q -m not_numerics $(addprefix --ignore=,$(GRADING_TESTS))
 	$(if $(SAME_SOURCES),@echo "every chapter was executed by make book from these sources ($(EXECUTED)); not again",$(call run-chapters,300))
 	$(BIN)/python tools/ledger.py check
-	$(RESULTS_CHECK)
+	$(if $(BESIDE_BOOK),@echo "the committed results were checked beside the book build (.ci/run)",$(RESULTS_CHECK))
+
+# The grading tests (tests/test_assignments.py, tests/test_grading_*.py): every assignment's
+# solution, blank and wrong notebooks graded in sandboxes, hostile and colluding submissions, the
+# sandbox's limits. Most of their time is waiting: for the time limits that hostile notebooks run
+# into, and for sandboxes that may not run beside each other (tools/grading.py, _Turns). Measured
+# in one process: 361 CPU-seconds in all (sandboxes included), against 585 s of wall time when
+# they last ran alone (with the browser tests): under two thirds of one core. So they run in two
+# processes, a file each (--dist loadfile keeps a file's graded folders, module fixtures, in one
+# process); they need no built book, and CI runs them beside the book build, whose chapters
+# execute one after another. tests/test_grading_chapters.py is not one of them: it searches the
+# built pages too, so it runs with the other tests marked not_numerics, after the book.
+GRADING_TESTS := tests/test_assignments.py \
+  $(filter-out tests/test_grading_chapters.py,$(sort $(wildcard tests/test_grading_*.py)))
+test-grading: $(STAMP)
+	$(BIN)/python -m pytest $(GRADING_TESTS) -q -n 2 --dist loadfile -p no:cacheprovider \
+	  -m not_numerics --durations=10
 
 # The committed long-run results (book/results/*.json, make reproduce) against the code: every
 # task's digest and every derived number, then one randomly chosen task per file that costs at
@@ -92,6 +114,8 @@ test: $(STAMP)
 # rerun with --seed). A number edited by hand, or one the code no longer computes, names its file
 # and task.
 RESULTS_CHECK = $(RUN) $(BIN)/python benchmarks/reproduce.py --check --sample 1 --budget 20
+check-results: $(STAMP)
+	$(RESULTS_CHECK)
 
 # The reproductions ledger (lib/ledger.py): every chapter records the papers' numbers it recomputes
 # into $(LEDGER_DIR) as it executes; `make ledger` commits them, `make test` and `make book` check
@@ -140,18 +164,23 @@ $(MATHJAX): | $(STAMP)
 	rm -rf .vendor/tmp
 	touch $@
 
-# The unit tests again, in three environments that change the order of floating-point sums as
-# another machine would: torch's portable kernels, two torch threads, two OpenMP/OpenBLAS threads.
-# A test that compares floats bit for bit across computation paths fails here (README, "For
-# developers"). Tests marked "not_numerics" (grading, the browser) are left out: no arithmetic.
+# The unit tests again, in environments that change the order of floating-point sums as another
+# machine would: torch's portable kernels; two torch threads together with two OpenMP/OpenBLAS
+# threads. A test that compares floats bit for bit across computation paths fails here (README,
+# "For developers"). The two thread settings share one run because they change disjoint
+# libraries: lib sets torch's thread count itself (BOOK_TORCH_THREADS, lib.config), so
+# OMP_NUM_THREADS and OPENBLAS_NUM_THREADS reach only NumPy's and SciPy's OpenBLAS, and
+# BOOK_TORCH_THREADS only torch. Every torch result of that run is the one two torch threads alone
+# give, and every NumPy/SciPy result the one two BLAS threads alone give, so each comparison within
+# one library sees what it saw in its own run; one between torch and NumPy sees both changes at
+# once (and was never allowed to be exact). Tests marked "not_numerics" (grading, the browser)
+# are left out: no arithmetic.
 PORTABLE_PYTEST := $(BIN)/python -m pytest tests -q -n 2 -p no:cacheprovider -m "not not_numerics"
 test-portable: $(STAMP)
 	@echo "== unit tests with ATEN_CPU_CAPABILITY=default"
 	ATEN_CPU_CAPABILITY=default $(PORTABLE_PYTEST)
-	@echo "== unit tests with BOOK_TORCH_THREADS=2"
-	BOOK_TORCH_THREADS=2 $(PORTABLE_PYTEST)
-	@echo "== unit tests with OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2"
-	OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 $(PORTABLE_PYTEST)
+	@echo "== unit tests with BOOK_TORCH_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2"
+	BOOK_TORCH_THREADS=2 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 $(PORTABLE_PYTEST)
 
 # The site's copy of MathJax is removed first, so that it holds exactly the vendored files (Sphinx
 # never deletes a static file it copied before).
