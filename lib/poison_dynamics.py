@@ -9,7 +9,7 @@ lives in :mod:`lib.poison`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -512,6 +512,7 @@ def train_dynamics(
     max_steps: int = 200_000,
     record_every: int = 100,
     engine: str = "compiled",
+    init: Callable[[DynamicsSetting, int], dict[str, torch.Tensor]] | None = None,
 ) -> DynamicsRuns:
     """Train one run per (seed, special scale) pair, all at once, with the paper's protocol.
 
@@ -525,9 +526,18 @@ def train_dynamics(
     (:mod:`lib.fast_dynamics`), some ten times faster per step; ``engine="torch"`` runs the same
     protocol through :func:`lib.flow.gradient_descent`. The two agree up to floating-point
     rounding (the order of sums differs), as the tests check.
+
+    ``init`` (default :func:`dynamics_init`, the paper's draw): a function ``(setting, seed) ->``
+    the initial parameters of that seed, the same tensors (names and shapes) as
+    :func:`dynamics_init` returns, finite; e.g. :func:`lib.authors_protocol.authors_init`, or a
+    control that changes some entries of the paper's draw.
     """
     _check_setting(setting)
     seeds = as_seeds(seeds)
+    if init is None:
+        init = dynamics_init
+    elif not callable(init):
+        raise ValueError(f"init must be a function (setting, seed) -> parameters, got {init!r:.60}")
     special_scales = as_list(special_scales, "special_scales")
     max_steps = as_int(max_steps, "max_steps", minimum=0, maximum=MAX_STEPS)
     record_every = as_int(record_every, "record_every", minimum=1, maximum=MAX_STEPS)
@@ -540,7 +550,8 @@ def train_dynamics(
     weights = torch.zeros(len(pairs), n, dtype=DTYPE)
     for r, ((x_r, y_r), size) in enumerate(zip(data, sizes, strict=True)):
         x[r, :size], y[r, :size], weights[r, :size] = x_r, y_r, 1.0 / size
-    inits = [dynamics_init(setting, seed) for seed, _ in pairs]
+    inits = [_checked_init(init(setting, seed), dynamics_init(setting, seed), seed)
+             for seed, _ in pairs]
     params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
     lrs = [setting.lr_clean if scale is None else setting.lr_special for _, scale in pairs]
     per_record = sum(v.numel() for v in params.values()) + 2 * len(pairs)
@@ -591,6 +602,21 @@ def train_dynamics(
 
 
 ENGINES = ("compiled", "torch")
+
+
+def _checked_init(params, reference: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """The tensors ``init`` returned: those of ``reference`` (names, shapes), finite."""
+    if not isinstance(params, dict) or set(params) != set(reference):
+        raise ValueError(f"init(setting, {seed}) must return a dict with the keys "
+                         f"{sorted(reference)}, got {params!r:.60}")
+    checked = {}
+    for k, ref in reference.items():
+        value = torch.as_tensor(params[k]).detach().to(DTYPE)
+        if tuple(value.shape) != tuple(ref.shape) or not bool(torch.isfinite(value).all()):
+            raise ValueError(f"init(setting, {seed})[{k!r}] must be a finite tensor of shape "
+                             f"{tuple(ref.shape)}, got shape {tuple(value.shape)}")
+        checked[k] = value
+    return checked
 
 
 def _train_compiled(setting, params, x, y, weights, sizes, lrs, max_steps, record_every):

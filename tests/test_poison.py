@@ -694,7 +694,29 @@ BAD_CALLS = [
     ("train empty scales", lambda: train_dynamics(FIGURE2_SSM, [0], special_scales=[])),
     ("train scales number", lambda: train_dynamics(FIGURE2_SSM, [0], special_scales=1.0)),
     ("train negative steps", lambda: train_dynamics(FIGURE2_SSM, [0], max_steps=-1)),
+    ("train init not callable", lambda: train_dynamics(FIGURE2_SSM, [0], max_steps=1, init=1.0)),
+    ("train init wrong keys", lambda: train_dynamics(
+        FIGURE2_SSM, [0], max_steps=1, init=lambda s, seed: {"a": dynamics_init(s, seed)["a"]})),
+    ("train init wrong shape", lambda: train_dynamics(
+        FIGURE2_SSM, [0], max_steps=1,
+        init=lambda s, seed: dynamics_init(s, seed) | {"a": torch.zeros(FIGURE2_SSM.d + 1)})),
 ]
+
+
+def test_train_dynamics_init(one_thread):
+    """init=None is the paper's draw; another init starts every run from what it returns."""
+    setting, seeds = FIGURE2_SSM, [0, 1]
+    default = train_dynamics(setting, seeds, max_steps=20, record_every=10)
+    same = train_dynamics(setting, seeds, max_steps=20, record_every=10, init=dynamics_init)
+    np.testing.assert_array_equal(default.trajectory["a"], same.trajectory["a"])
+
+    def doubled(s, seed):
+        return {k: 2 * v for k, v in dynamics_init(s, seed).items()}
+
+    other = train_dynamics(setting, seeds, max_steps=20, record_every=10, init=doubled)
+    for r, seed in enumerate(other.seeds):
+        np.testing.assert_array_equal(other.trajectory["a"][0, r],
+                                      2 * dynamics_init(setting, seed)["a"].numpy())
 
 
 @pytest.mark.parametrize("name,call", BAD_CALLS, ids=[name for name, _ in BAD_CALLS])
