@@ -286,14 +286,21 @@ def bundle(tmp_path_factory):
     return student_bundle(tmp_path_factory)
 
 
+def _attack_folder(folder: Path, bundle: Path, name: str, function: str, attacks: dict) -> Path:
+    """The solution as ``a_solution.ipynb`` and, for each attack, the solution with the answer
+    cell that defines ``function`` replaced by the attack's code."""
+    nbformat.write(solution(bundle, name), folder / "a_solution.ipynb")
+    for attack, code in attacks.items():
+        nb = _replace_answer(solution(bundle, name), function, code)
+        nbformat.write(nb, folder / f"{attack}.ipynb")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def ssm(bundle, tmp_path_factory):
     name = "ssm-basics"
     folder = tmp_path_factory.mktemp("ssm-attacks")
-    nbformat.write(solution(bundle, name), folder / "a_solution.ipynb")
-    for attack, code in SSM_ATTACKS.items():
-        nb = _replace_answer(solution(bundle, name), "step_response", code)
-        nbformat.write(nb, folder / f"{attack}.ipynb")
+    _attack_folder(folder, bundle, name, "step_response", SSM_ATTACKS)
     # n31: a lone surrogate as the student id (valid JSON, not encodable text)
     data = json.loads((bundle / "autograder" / f"{name}.ipynb").read_text(encoding="utf-8"))
     data["metadata"]["course"] = {"assignment": name, "student": "\ud800"}
@@ -336,13 +343,8 @@ os.write(_fd, (json.dumps(record) + "\\n").encode())
 def poisoning(bundle, tmp_path_factory):
     name = "poisoning-theorem"
     folder = tmp_path_factory.mktemp("pt-attacks")
-    nbformat.write(solution(bundle, name), folder / "a_solution.ipynb")
-    for attack, code in PT_ATTACKS.items():
-        nb = _replace_answer(solution(bundle, name), "poisoned_velocity", code)
-        nbformat.write(nb, folder / f"{attack}.ipynb")
-    for attack, code in (("r2_lock_client", LOCK_CLIENT), ("r2_lock_server", LOCK_SERVER)):
-        nb = _replace_answer(solution(bundle, name), "poisoned_velocity", code)
-        nbformat.write(nb, folder / f"{attack}.ipynb")
+    locks = {"r2_lock_client": LOCK_CLIENT, "r2_lock_server": LOCK_SERVER}
+    _attack_folder(folder, bundle, name, "poisoned_velocity", {**PT_ATTACKS, **locks})
     rows, messages = _grade(folder)
     return {"rows": rows, "messages": messages}
 
