@@ -505,31 +505,38 @@ def control_setting(
 ORACLE_STEPS = 20
 ORACLE_SEED = 0
 ORACLE_SEEDS = [0, 1, 2, 3]
+# (eps in gray levels, poison choices of the unrolled attack): the chapter's eps with both
+# choices, and twice it (where gradient matching first poisons the MLP head) with the nearest
+ORACLE_RUNS = ((CONTROL_EPS_GRAY, ("random images", "nearest images")),
+               (2 * CONTROL_EPS_GRAY, ("nearest images",)))
 
 
 def oracle_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int, attack_seed: int,
-                oracle_seed: int, victim_seeds: list[int]) -> dict:
-    """The unrolled (white-box) attack and gradient matching on nearest poisons, against the MLP
-    with a retrained head at the chapter's eps; per-pair outcomes (target-major) for every arm."""
+                oracle_seed: int, victim_seeds: list[int], eps_gray: float = CONTROL_EPS_GRAY,
+                choices: tuple[str, ...] = ("random images", "nearest images")) -> dict:
+    """The unrolled (white-box) attack on the poison images of ``choices`` and gradient matching
+    on the nearest images, against the MLP with a retrained head at ``eps_gray`` gray levels;
+    per-pair outcomes (target-major) for every arm."""
     start, cpu = time.perf_counter(), time.process_time()
     x_all, y_all, xt, yt, data_range = data.digits_split()
     pretrain, (x, y) = split_for_transfer(x_all, y_all)
     gray = (data_range[1] - data_range[0]) / 16
-    eps = CONTROL_EPS_GRAY * gray
+    eps = eps_gray * gray
     victim, extra = control_victim("MLP", "transfer", pretrain, extractor_seed)
     phi = tv.mlp_features(extra["extractor_params"])
     surrogate = victim.train(x[None], y[None], [surrogate_seed])
     with torch.no_grad():
         predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
     targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
-    choices = {
+    images = {
         "random images": torch.stack([gm.choose_poisons(y, c, CONTROL_BUDGET, attack_seed + a)
                                       for a, c in enumerate(adversarial)]),
         "nearest images": torch.stack([gm.choose_nearest(phi, x, y, xt[t], c, CONTROL_BUDGET)
                                        for t, c in zip(targets, adversarial, strict=True)]),
     }
     arms, seconds = {}, {}
-    for choice, index in choices.items():
+    for choice in choices:
+        index = images[choice]
         t0 = time.perf_counter()
         out = tv.unrolled_attack(phi, MLP_HIDDEN, x, y, xt, targets, adversarial, index, eps,
                                  data_range, classes=10, train_config=HEAD_TRAIN,
@@ -539,7 +546,7 @@ def oracle_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int, a
     config = gm.AttackConfig(steps=CONTROL_STEPS, restarts=CONTROL_RESTARTS)
     t0 = time.perf_counter()
     b = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, CONTROL_BUDGET, eps, data_range,
-                config, seed=attack_seed, victim=victim, poison_index=choices["nearest images"])
+                config, seed=attack_seed, victim=victim, poison_index=images["nearest images"])
     seconds["matching, nearest images"] = time.perf_counter() - t0
     arms["matching, nearest images"] = (b.poison_index, b.delta)
     for name, (index, delta) in list(arms.items()):
@@ -554,7 +561,7 @@ def oracle_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int, a
     out = gm.target_outcome(victim, params, xt, yt, pair_t * len(names), pair_a * len(names))
     held_out = tv.accuracy(victim, params, xt, yt).numpy()
     n_pairs = len(pair_t)
-    record: dict = {"targets": targets, "adversarial": adversarial, "eps_gray": CONTROL_EPS_GRAY,
+    record: dict = {"targets": targets, "adversarial": adversarial, "eps_gray": eps_gray,
                     "victim_seeds": list(victim_seeds), "oracle_seed": oracle_seed,
                     "steps": ORACLE_STEPS, "attack_seconds": seconds, "arms": {}}
     for k, name in enumerate(names):
@@ -573,7 +580,7 @@ def oracle_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int, a
             record["arms"][name]["size_ratio"] = gm.size_ratio(delta, like)
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu
-    return {("oracle", "MLP transfer"): record}
+    return {("oracle", f"MLP transfer {eps_gray:g} gray"): record}
 
 
 S4D_FIT_EPOCHS = (10, 20, 40)
@@ -607,11 +614,13 @@ def control_tasks() -> list:
              costs[name], (("control", name),))
         for name in CONTROL_SETTINGS
     ] + [
-        Task("oracle MLP transfer", oracle_task,
+        Task(f"oracle MLP transfer {eps_gray:g} gray", oracle_task,
              {"surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
               "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED, "oracle_seed": ORACLE_SEED,
-              "victim_seeds": ORACLE_SEEDS},
-             600.0, (("oracle", "MLP transfer"),)),
+              "victim_seeds": ORACLE_SEEDS, "eps_gray": eps_gray, "choices": choices},
+             300.0 * len(choices), (("oracle", f"MLP transfer {eps_gray:g} gray"),))
+        for eps_gray, choices in ORACLE_RUNS
+    ] + [
         Task("S4D fit", s4d_fit_task, {"seeds": [0]}, 200.0, (("s4d_fit",),)),
     ]
 
@@ -637,9 +646,10 @@ def control_settings() -> dict:
         "attack_seed": ATTACK_SEED,
         "oracle": {"victim": "MLP transfer", "steps": ORACLE_STEPS, "lr_in_eps": 0.1,
                    "start": "zero", "unrolled_seed": ORACLE_SEED, "victim_seeds": ORACLE_SEEDS,
-                   "eps_gray": CONTROL_EPS_GRAY,
-                   "poison_choices": ["random images of the adversarial class (the control's)",
-                                      "nearest in the extractor's feature space"]},
+                   "runs": [{"eps_gray": e, "poison_choices": list(c)} for e, c in ORACLE_RUNS],
+                   "poison_choices": {"random images": "random images of the adversarial class "
+                                      "(the control's)", "nearest images": "nearest the target "
+                                      "in the extractor's feature space"}},
         "s4d_fit_epochs": list(S4D_FIT_EPOCHS),
     }
 

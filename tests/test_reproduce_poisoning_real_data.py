@@ -133,7 +133,7 @@ def test_the_oracle_task_on_a_tiny_size(monkeypatch):
     monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
     out = rp.oracle_task(surrogate_seed=100, extractor_seed=200, target_seed=0, attack_seed=1,
                          oracle_seed=0, victim_seeds=[0, 2])
-    record = out[("oracle", "MLP transfer")]
+    record = out[("oracle", "MLP transfer 2 gray")]
     _plain(record)
     arms = ("unrolled, random images", "unrolled, nearest images", "matching, nearest images")
     assert set(record["arms"]) == set(arms) | {f"random, size of {a}" for a in arms}
@@ -143,4 +143,4 @@ def test_the_oracle_task_on_a_tiny_size(monkeypatch):
     for arm in record["arms"].values():
         assert len(arm["success"]) == 4 and arm["linf_over_eps_median"] <= 1 + 1e-9
     keys = {t.key for t in rp.tasks()}
-    assert {"oracle MLP transfer", "S4D fit"} <= keys
+    assert {"oracle MLP transfer 2 gray", "oracle MLP transfer 4 gray", "S4D fit"} <= keys
