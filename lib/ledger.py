@@ -1024,7 +1024,8 @@ def rule_markdown() -> str:
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles); a paper's statistic of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
-        f"our seeds when there are at most {MAX_SUBSETS:,}, else {MAX_SUBSETS:,} of them drawn at "
+        f"our seeds when there are at most {_number(MAX_SUBSETS)}, else {_number(MAX_SUBSETS)} of "
+        "them drawn at "
         "random by a fixed generator), so that a mean of four runs is compared with our means of "
         "four runs; for a range the paper states, at least nine in ten of our runs lie inside it;",
         "- **weak evidence**: only one value of ours stands against a random number of the paper "

@@ -371,6 +371,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) 
         cells.append(list(row))
     from lib import typeset
 
+    headers = [typeset.scientific(h) for h in headers]  # "ν = -0.8" -> "ν = −0.8", as the cells
     columns = [typeset.column([row[k] for row in cells], digits) for k in range(len(headers))]
     cells = [[column[i] for column in columns] for i in range(len(cells))]
     from IPython.display import display

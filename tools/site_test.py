@@ -219,7 +219,11 @@ PAGE_STATE_JS = """
   const article = document.querySelector('main .bd-article') || root;
   const prints = article.cloneNode(true);
   prints.querySelectorAll('NUMBERS_SKIP').forEach((el) => el.remove());
-  const numbers = prints.innerText;
+  // a detached copy has no layout, so its innerText runs table cells and paragraphs together
+  // ("13 500" then "12 800" would read "13 50012 800"): each block and cell ends with a newline
+  prints.querySelectorAll('td, th, tr, p, li, dt, dd, div, figcaption, caption, h1, h2, h3, h4, '
+                          + 'h5, h6, br, output, label').forEach((el) => el.append('\\n'));
+  const numbers = prints.textContent;
   const figures = [...document.querySelectorAll('figure')].map((fig) => {
     const img = fig.querySelector('img');
     const cap = fig.querySelector('figcaption');
@@ -295,7 +299,7 @@ async () => {
     }
     for (const s of sliders) {
       const before = img.getAttribute('src'), alt = img.getAttribute('alt');
-      s.value = s.max;
+      s.value = s.value === s.max ? s.min : s.max;  // a slider may start at its last value
       s.dispatchEvent(new Event('input', {bubbles: true}));
       await new Promise((r) => setTimeout(r, 50));
       const shown = s.nextElementSibling ? s.nextElementSibling.textContent : '';

@@ -25,7 +25,8 @@
    of the page's [role=main] around the words found; there that text begins with the article's
    header (the download menu: ".ipynb .md .pdf", the page's title, "Contents") and formulas are
    their TeX source ("\(\overrightarrow{\mathbf{x}}\)"), since MathJax typesets them only in the
-   browser. Search.htmlToText is wrapped: the header, navigation and buttons are removed first,
+   browser. Search.htmlToText is wrapped: the header, navigation, buttons and code cells (their
+   source and printouts) are removed first,
    and each formula is replaced by a plain reading of its TeX (commands dropped, Greek letters
    and common symbols as characters).
 
@@ -150,17 +151,21 @@
   // a formula's TeX as plain text: delimiters, environments and unknown commands dropped
   const plainTeX = (tex) =>
     tex
-      .replace(/^\\[([]|\\[)\]]$/g, "")
+      .replace(/\\[()[\]]/g, " ")
+      .replace(/\\\\/g, "; ")
+      .replace(/&/g, " ")
       .replace(/\\(?:begin|end)\{[^}]*\}/g, " ")
       .replace(/\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])/g, "")
       .replace(/\\([A-Za-z]+|[|,;! ])/g, (_, name) => (name in SYMBOLS ? SYMBOLS[name] : ""))
+      .replace(/\\([{}_%#$])/g, "$1")
       .replace(/[{}]/g, "")
       .replace(/\s+/g, " ")
       .trim();
   const SEARCH_SKIP = [
     ".bd-header-article", ".header-article-items", ".article-header-buttons", ".dropdown-menu",
     ".bd-sidebar-secondary", ".bd-toc", ".prev-next-area", ".bd-footer-article", "nav",
-    "button", ".headerlink", "script", "style",
+    "button", ".headerlink", "script", "style", ".cell_input", ".cell_output pre",
+    "div.highlight",
   ].join(", ");
   document.addEventListener("DOMContentLoaded", () => {
     // `Search` is searchtools.js's global (a lexical binding on search.html only)
