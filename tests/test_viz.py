@@ -159,6 +159,10 @@ def test_table_formats_numbers_and_escapes_html(monkeypatch):
     assert [row[2] for row in out.rows] == ["—", "x"]
     with pytest.raises(ValueError, match="finite"):
         table(["a"], [[float("nan")]])
+    shown.clear()
+    table(["ν = -0.8: steps", "count"], [["a", 200000]])
+    assert shown[0].headers[0] == "ν = \u22120.8: steps"  # headers follow the number convention
+    assert shown[0].rows[0][1] == "200\u00a0000"
     rendered = Table(["|a_j|", "n"], [["x<y", "3"]])._repr_html_()
     assert "<th>|a_j|</th>" in rendered and "x&lt;y" in rendered
     assert repr(Table(["h"], [["value"]])).splitlines()[-1].strip() == "value"
