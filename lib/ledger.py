@@ -30,8 +30,9 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
 
 1. ``in_hypotheses=False`` (our run lies outside the hypotheses of the statement the paper's number
    illustrates, or is not the paper's setting: an analogue on other data or another model, which
-   the ``setting`` names): **illustration**, whatever the numbers. A threshold or a horizon of our
-   own choosing is not a hypothesis: a number that misses for such a reason *differs*.
+   the ``setting`` names): **illustration**, whatever the numbers; this rule comes first. For a run
+   in the paper's setting, a threshold or a horizon of our own choosing is not a hypothesis: a
+   number that misses for such a reason *differs*.
 2. ``"exact"``: **reproduced** when ``|ours − paper| ≤ tol``.
 3. ``"single"`` against a spread of our seeds: **reproduced** when the paper's run lies in the
    central 90 % of our single runs.
@@ -1027,11 +1028,16 @@ def rule_markdown() -> str:
         f"our seeds when there are at most {_number(MAX_SUBSETS)}, else {_number(MAX_SUBSETS)} of "
         "them drawn at "
         "random by a fixed generator), so that a mean of four runs is compared with our means of "
-        "four runs; for a range the paper states, at least nine in ten of our runs lie inside it;",
+        "four runs; for a range the paper states, at least nine in ten of our runs lie inside it. "
+        "The percentiles interpolate between our values, so with few seeds the middle "
+        f"{share} reaches nearly from our smallest to our largest value, and a paper's value "
+        "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
+        "4): the row shows our values beside the band;",
         "- **weak evidence**: only one value of ours stands against a random number of the paper "
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
         "two agree within the tolerance shown, or our one run lies in the paper's range; one run "
-        "on each side says little;",
+        "on each side says little (if they disagree, or our one run lies outside the range, the "
+        "entry is inconclusive);",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
         "contrast; the other arm's number, for one arm of a clean/poisoned pair), or one run of "
@@ -1039,9 +1045,10 @@ def rule_markdown() -> str:
         "reproduction nor a difference;",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
         "number illustrates, or is not the paper's setting (an analogue on other data or another "
-        "model, named in the row), so whatever the numbers, it is not a reproduction; a threshold "
-        "or a horizon of our own choosing is not a hypothesis, and a number that misses for such a "
-        "reason differs;",
+        "model, named in the row), so whatever the numbers, it is neither a reproduction nor a "
+        "difference; this comes before every other status. For a run in the paper's setting, a "
+        "threshold or a horizon of our own choosing is not a hypothesis, and a number that misses "
+        "for such a reason differs;",
         "- **differs**: none of the above, and the chapter shows why (follow the link);",
         "- **not reproduced**: none of the above, and the book has no explanation.",
         "",
