@@ -936,10 +936,14 @@ def _plural(n: int, word: str) -> str:
 
 def _ours_text(ours: dict) -> str:
     """Our value as the page shows it: the one value (one digit more than the paper's usual
-    three), or median [q1, q3] (n values: seeds, or whatever the chapter's values are)."""
+    three), or median [q1, q3] (n values: seeds, or whatever the chapter's values are), with every
+    value listed when there are at most 12."""
     if "value" in ours:
         return _number(ours["value"], digits=4)
     spread = f"{_number(ours['median'])} [{_number(ours['q1'])}, {_number(ours['q3'])}]"
+    if ours["n"] <= 12:  # few values: all of them, so that a band between them is read as such
+        listed = ", ".join(_number(v) for v in sorted(ours["values"]))
+        return f"{spread} ({ours['n']} values: {listed})"
     return f"{spread} ({ours['n']} values)"
 
 
