@@ -674,7 +674,7 @@ def tally(entries: Sequence[dict]) -> str:
     module docstring), since an exact match and one run of the paper's placed inside the central
     90 % of ours are not the same evidence; the other statuses are counted as they are.
     """
-    if isinstance(entries, (str, dict)) or not all(
+    if not isinstance(entries, (list, tuple)) or not all(
             isinstance(e, dict) and "status" in e and "kind" in e for e in entries):
         raise ValueError("tally takes a list of ledger entries (ledger.recorded(*keys), or "
                          "entries of the committed ledger)")
@@ -689,7 +689,7 @@ def tally(entries: Sequence[dict]) -> str:
             continue
         text = f"{count} {word}"
         if word == "reproduced":
-            kinds = [e["paper_stat"] if e["paper_stat"] in ("exact", "single", "interval")
+            kinds = [e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
                      else "statistic" for e in entries
                      if e["status"] == word and e["kind"] == "paper"]
             split = [f"{kinds.count(k)} {how}" for k, how in _HOW_REPRODUCED.items()

@@ -65,7 +65,7 @@ def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_s
     if paper_stat == "exact":
         expected = "reproduced" if abs(float(values) - paper_value) <= tol else "not reproduced"
     elif values.ndim == 0:  # one value of ours against a random number of the paper
-        expected = "weak evidence" if abs(float(values) - paper_value) <= tol else "not reproduced"
+        expected = "weak evidence" if abs(float(values) - paper_value) <= tol else "inconclusive"
     else:
         if paper_stat == "single":
             samples = values
@@ -99,6 +99,25 @@ def _verdict(key):
     ledger.record("row", paper=PAPER, item="x", paper_value=0.3, ours=0.31, tol=0.02,
                   section="s", paper_stat="single")
     return ledger.verdict(key)
+
+
+@_in_temp
+def _recorded(keys):
+    ledger.start("fuzz-chapter")
+    ledger.record("row", paper=PAPER, item="x", paper_value=0.3, ours=0.31, tol=0.02,
+                  section="s", paper_stat="single")
+    ledger.record("exact", paper=PAPER, item="x", paper_value=1.0, ours=1.0, tol=0.01,
+                  section="s", paper_stat="exact")
+    return ledger.recorded(*keys) if isinstance(keys, (list, tuple)) else ledger.recorded(keys)
+
+
+def _oracle_recorded(result, keys):
+    return [entry["status"] for entry in result] == [
+        {"row": "weak evidence", "exact": "reproduced"}[key] for key in keys]
+
+
+def _oracle_tally(result, entries):
+    return result.startswith(f"{len(entries)} entr") or (not entries and result == "no entry")
 
 
 def _oracle_subsets(result, values, k, stat, max_subsets=ledger.MAX_SUBSETS,
@@ -166,6 +185,11 @@ def cases() -> list[Case]:
             oracle=_oracle_check,
         ),
         Case("ledger.verdict", _verdict, [P("key", "row", "text")]),
+        Case("ledger.recorded", _recorded, [P("keys", ["row", "exact"], "object")],
+             oracle=_oracle_recorded),
+        Case("ledger.tally", ledger.tally,
+             [P("entries", list(next(iter(committed.values())).values()), "object")],
+             oracle=_oracle_tally),
         Case(
             "ledger.subset_statistics",
             ledger.subset_statistics,

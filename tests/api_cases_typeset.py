@@ -67,6 +67,8 @@ def cases() -> list[Case]:
              [P("low", 0.12, "float"), P("high", 0.47, "float"), P("spec", ".2f", "text"),
               P("separator", " to ", "text")], oracle=_oracle_range),
         Case("typeset.scientific", typeset.scientific, [P("text", "4.8e-04 and 3", "text")]),
+        Case("typeset.group_digits", typeset.group_digits, [P("digits", "200000", "text")],
+             oracle=lambda result, digits: result.replace("\u00a0", "") == digits),
         Case("typeset.collapse_ranges", typeset.collapse_ranges,
              [P("text", "the reading 400–400, sizes 64–32–32–10", "text")]),
         Case("typeset.column", typeset.column,
