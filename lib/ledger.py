@@ -1068,6 +1068,19 @@ def _count_line(rows: list, statuses: tuple[str, ...]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts if n) or "none"
 
 
+def _heading_labels() -> set[str]:
+    """The MyST labels of the book's pages that stand before a heading (a ``{ref}`` to them can
+    show the heading's title; a label before a paragraph has no title to show)."""
+    labels = set()
+    for page in (ROOT / "book").glob("*.md"):
+        lines = [line for line in page.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for line, following in zip(lines, lines[1:], strict=False):
+            match = re.fullmatch(r"\((?P<label>[^()\s]+)\)=", line.strip())
+            if match and following.lstrip().startswith("#"):
+                labels.add(match["label"])
+    return labels
+
+
 def page_markdown(ledger: dict) -> str:
     """The *Reproductions* page's body (MyST markdown): the rule, the counts by status, then per
     paper one table of its printed numbers and one of the checks of its statements.
@@ -1076,6 +1089,7 @@ def page_markdown(ledger: dict) -> str:
     computes it (``{ref}``, the section's title); a page in ``book/`` renders it.
     """
     _check_entries(ledger, "ledger")
+    headings = _heading_labels()
     rows = [(chapter, key, entry) for chapter, entries in ledger.items()
             for key, entry in entries.items()]
     numbers = [e for _, _, e in rows if e["kind"] == "paper"]
@@ -1110,11 +1124,17 @@ def page_markdown(ledger: dict) -> str:
                 status = entry["status"]
                 if status == "differs":
                     # the link names the section that explains it ("why: 5.3 The seed"), not
-                    # only "why" (one of 79 such links, on a page read by its links)
-                    status += f": {entry['reason']} (why: {{ref}}`{entry['explain']}`)"
+                    # only "why" (one of 79 such links, on a page read by its links); a label
+                    # set before a paragraph has no title to show, so its link reads "why"
+                    label = entry["explain"]
+                    link = (f"why: {{ref}}`{label}`" if label in headings
+                            else f"{{ref}}`why <{label}>`")
+                    status += f": {entry['reason']} ({link})"
                 extras = [s for s in (entry["setting"], entry["note"]) if s]
                 item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
-                where = f"{{doc}}`{chapter}`, {{ref}}`{entry['section']}`"
+                section = entry["section"]
+                where = f"{{doc}}`{chapter}`, " + (f"{{ref}}`{section}`" if section in headings
+                                                   else f"{{ref}}`the section <{section}>`")
                 cells = (item, _paper_text(entry), _ours_text(entry["ours"]),
                          _compared_text(entry), status)
                 lines.append("| " + " | ".join(map(_cell, cells)) + f" | {where} |")
