@@ -117,7 +117,7 @@ RESULTS_CHECK = $(RUN) $(BIN)/python benchmarks/reproduce.py --check --sample 1 
 check-results: $(STAMP)
 	$(RESULTS_CHECK)
 
-# The reproductions ledger (lib/ledger.py): every chapter records the papers' numbers it recomputes
+# The reproductions ledger (lib/book/ledger.py): every chapter records the papers' numbers it recomputes
 # into $(LEDGER_DIR) as it executes; `make ledger` commits them, `make test` and `make book` check
 # their own run against the committed file.
 ledger: $(STAMP)
@@ -168,7 +168,7 @@ $(MATHJAX): | $(STAMP)
 # machine would: torch's portable kernels; two torch threads together with two OpenMP/OpenBLAS
 # threads. A test that compares floats bit for bit across computation paths fails here (README,
 # "For developers"). The two thread settings share one run because they change disjoint
-# libraries: lib sets torch's thread count itself (BOOK_TORCH_THREADS, lib.config), so
+# libraries: lib sets torch's thread count itself (BOOK_TORCH_THREADS, lib.engine.config), so
 # OMP_NUM_THREADS and OPENBLAS_NUM_THREADS reach only NumPy's and SciPy's OpenBLAS, and
 # BOOK_TORCH_THREADS only torch. Every torch result of that run is the one two torch threads alone
 # give, and every NumPy/SciPy result the one two BLAS threads alone give, so each comparison within

@@ -9,24 +9,25 @@ a GPU. Nothing is downloaded. Usage::
 
 What one row computes (Table 2's rows: 10 or 20 target test images, 500, 2500 or 5000 poisons):
 
-1. CIFAR-10 by :func:`lib.data.cifar10`: the first 45000 training images (as the paper), read as
+1. CIFAR-10 by :func:`lib.book.data.cifar10`: the first 45000 training images (as the paper), read
+as
    1024 steps of 3 values the way the authors' S4 victim reads them (``--reading pixels`` for
    pixel-by-pixel RGB steps instead).
-2. A clean surrogate, :data:`lib.s4d.CIFAR10_VICTIM` (4 layers, 128 channels, state 64), trained
-   as :data:`lib.s4d.CIFAR10_TRAIN` (the Table-2 version of the authors' code: AdamW, lr 0.01,
+2. A clean surrogate, :data:`lib.ssm.s4d.CIFAR10_VICTIM` (4 layers, 128 channels, state 64), trained
+   as :data:`lib.ssm.s4d.CIFAR10_TRAIN` (the Table-2 version of the authors' code: AdamW, lr 0.01,
    weight decay 5e-4, batch 128, 40 epochs; ``--epochs`` to change), with a cosine schedule.
 3. The threat model. ``--threat-model random-subset`` is the paper's (the ``random-subset`` of the
    gradient-matching code that produced Table 2): the targets are test images of *one* random
    class, with one shared intended class; the poisons are drawn at random from *all* 50000
    training images (each keeps its own label); one *joint* brew matches their gradient to that of
-   the targets' mean loss (:func:`lib.gradient_matching.brew_joint`, in batches of 500 poisons, as
-   the authors' code brews in batches); the clean set is 45000 images drawn at random from the
-   images that are not poisoned. ``--threat-model per-target`` (this script's default, and the
-   chapter's own protocol) instead draws random targets, each with a random adversarial class,
+   the targets' mean loss (:func:`lib.poisoning.gradient_matching.brew_joint`, in batches of 500
+   poisons, as the authors' code brews in batches); the clean set is 45000 images drawn at random
+   from the images that are not poisoned. ``--threat-model per-target`` (this script's default, and
+   the chapter's own protocol) instead draws random targets, each with a random adversarial class,
    splits the poisons evenly over them and brews each target's share from training images of its
-   adversarial class (:func:`lib.gradient_matching.brew`), with the first 45000 training images
-   as the clean set. Both: ε = 16/255, 250 signed-Adam steps, the best of 8 random starts (the
-   defaults of the authors' code), optionally with the per-row penalty of ``--reg-factor``. The
+   adversarial class (:func:`lib.poisoning.gradient_matching.brew`), with the first 45000 training
+   images as the clean set. Both: ε = 16/255, 250 signed-Adam steps, the best of 8 random starts
+   (the defaults of the authors' code), optionally with the per-row penalty of ``--reg-factor``. The
    step rule is the authors' by default (``--step-rule authors``: steps of τ = 0.1 in the units
    of the standardized data, cut tenfold after steps 93, 156 and 218, from a Gaussian start; their
    "rule 2" for signed Adam); ``--step-rule constant`` takes this book's (0.1 ε, constant).
@@ -37,11 +38,11 @@ What one row computes (Table 2's rows: 10 or 20 target test images, 500, 2500 or
 
 Differences from the authors' setting (stated, not hidden): no data augmentation, no dropout, a
 cosine learning-rate schedule instead of tenfold drops, the
-victim of :mod:`lib.s4d` (see :data:`lib.s4d.CIFAR10_VICTIM`), one global standardization instead
-of one per channel (so τ = 0.1 is a step in units of the global standard deviation, theirs in
-units of each channel's), one retrained victim per seed in ``--victim-seeds`` (the authors'
+victim of :mod:`lib.ssm.s4d` (see :data:`lib.ssm.s4d.CIFAR10_VICTIM`), one global standardization
+instead of one per channel (so τ = 0.1 is a step in units of the global standard deviation, theirs
+in units of each channel's), one retrained victim per seed in ``--victim-seeds`` (the authors'
 Table-2 code validates one victim per row), and the per-row
-penalty of :mod:`lib.gradient_matching`, which weights rows of the flat sequence: with
+penalty of :mod:`lib.poisoning.gradient_matching`, which weights rows of the flat sequence: with
 ``--reading pixels`` a row of 96 entries is one image row of all three channels, and the weights are
 exactly those of the paper's footnote 14 (32 − i on image row i); in the authors' reading a row of
 32 entries is one image row of one channel, the weight 95 − r falls from the first red row to the
@@ -63,7 +64,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib import data, gradient_matching, s4d  # noqa: E402
+from lib.book import data  # noqa: E402
+from lib.poisoning import gradient_matching  # noqa: E402
+from lib.ssm import s4d  # noqa: E402
 
 # Table 2 of the paper: (target test images, poison examples) per row
 TABLE2_ROWS = ((10, 500), (10, 2500), (10, 5000), (20, 500), (20, 2500), (20, 5000))
@@ -82,7 +85,7 @@ class Settings:
     steps: int = 250
     restarts: int = 8
     step_size: float = 0.1  # "authors": tau in data units; "constant": in units of ε
-    step_rule: str = "authors"  # the authors' rule (lib.gradient_matching.AttackConfig)
+    step_rule: str = "authors"  # the authors' rule (lib.poisoning.gradient_matching.AttackConfig)
     threat_model: str = "per-target"  # or "random-subset", the paper's (module docstring)
     poison_batch: int = 500  # poisons per batch of the joint brew (random-subset)
     reg_factor: float = 0.0

@@ -10,8 +10,8 @@ One script for every chapter. Each chapter that needs such numbers has a module
 what follows from them cheaply (derived statistics, constants). This script runs the tasks on the
 executor that the environment chooses (local processes, or a Dask cluster: :mod:`tasks`), with
 progress and a resumable cache in ``_build/reproduce/``, and writes ``book/results/<chapter>.json``
-through :func:`lib.results.save_results`: the numbers, the settings and seeds, and for every task
-the result paths it wrote and a SHA-256 digest of their values.
+through :func:`lib.book.results.save_results`: the numbers, the settings and seeds, and for every
+task the result paths it wrote and a SHA-256 digest of their values.
 
 Usage (``make reproduce``, ``make reproduce CHAPTERS="poisoning-in-practice"``)::
 
@@ -52,14 +52,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import tasks as taskrun  # noqa: E402
 
-from lib.results import _plain, environment, load_results, results_path, save_results  # noqa: E402
+from lib.book.results import _plain, environment, load_results, results_path, save_results  # noqa: E402
 
 PREFIX = "reproduce_"
 CACHE = ROOT / "_build" / "reproduce"
 #: Agreement of a recomputed task with the committed file. The same code on another machine
 #: reorders floating-point sums (other BLAS kernels, thread counts, batch sizes), which moves a
 #: float64 result by ~1e-12 relatively; the long trainings behind these files can amplify that,
-#: as the ledger's check allows for (lib.ledger.COMPARE_RTOL). A number that moved by more than
+#: as the ledger's check allows for (lib.book.ledger.COMPARE_RTOL). A number that moved by more than
 #: this no longer follows from the code.
 CHECK_RTOL = 1e-4
 CHECK_ATOL = 1e-9

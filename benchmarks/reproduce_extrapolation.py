@@ -2,8 +2,8 @@
 
 The chapter computes its threshold sweep on its own teacher (d* = 3; gradient flow and Adam, 32
 seeds per length) live. From here it quotes the runs in the paper's own settings and the long
-budgets (about ten minutes of CPU in all, with the compiled loops of lib.fast_extrapolation and
-lib.extrapolation_protocols; the five experiments run in parallel processes, one per core):
+budgets (about ten minutes of CPU in all, with the compiled loops of lib.ssm._extrapolation_kernels
+and lib.ssm.extrapolation_protocols; the five experiments run in parallel processes, one per core):
 
 * ``delay``: the delay teacher at the chapter's reduced size (d* = 6, d = 30), dense students,
   Adam (lr 1e-3) on the population loss for 50 000 steps, 8 seeds;
@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lib import extrapolation as ex
-from lib import extrapolation_protocols as xp
+from lib.ssm import extrapolation as ex
+from lib.ssm import extrapolation_protocols as xp
 
 DELAY, D_DENSE, DELAY_INIT = 6, 30, 0.05
 DELAY_KS = [6, 8, 10, 11, 12, 14]
@@ -247,7 +247,7 @@ def finish(results: dict) -> dict:
     return {
         "results": results,
         "settings": {
-            "engine": "compiled (lib.fast_extrapolation, lib.extrapolation_protocols)",
+            "engine": "compiled (lib.ssm._extrapolation_kernels, lib.ssm.extrapolation_protocols)",
             "delay": {
                 "d_star": DELAY,
                 "d": D_DENSE,

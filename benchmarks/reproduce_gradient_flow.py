@@ -3,11 +3,11 @@ Figure 3 (Appendix H.1), the convolutional network adapted to its theory, on the
 
 Elkabetz & Cohen compare full-batch gradient descent at η0 = 1e-3 with runs at η0/r, r ∈ {2, 5,
 10, 20}, for 10 000 η0-iterations on 1000 MNIST images, for a LeNet without biases whose max
-pooling is replaced by top-left subsampling (:mod:`lib.conv_nets`). We run that protocol on the
-chapter's 1000 digits with the adapted CNN of :func:`lib.conv_nets.cnn_init` (convolutions 1 → 4
-→ 8, 3 × 3, stride 2; then 32 → 32 → 16 → 10), η0 = 0.005 (η0 λ_max ≤ 0.5 along seed 0's run,
-whose sharpness grows to about 90 by t = 10), horizon t = 10 (2000 η0-steps): every ratio for
-seeds 0–7, and η0 against η0/2 for seeds 0–31. That is 752 000 descent steps of a few
+pooling is replaced by top-left subsampling (:mod:`lib.networks.conv_nets`). We run that protocol
+on the chapter's 1000 digits with the adapted CNN of :func:`lib.networks.conv_nets.cnn_init`
+(convolutions 1 → 4 → 8, 3 × 3, stride 2; then 32 → 32 → 16 → 10), η0 = 0.005 (η0 λ_max ≤ 0.5 along
+seed 0's run, whose sharpness grows to about 90 by t = 10), horizon t = 10 (2000 η0-steps): every
+ratio for seeds 0–7, and η0 against η0/2 for seeds 0–31. That is 752 000 descent steps of a few
 milliseconds each: about 20 minutes on two cores, a few on sixteen (the runs are independent and
 single-threaded: one task per seed, spread over the executor of benchmarks/tasks.py).
 """
@@ -17,8 +17,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lib import conv_nets, curvature, data
-from lib.flow import gradient_descent
+from lib.book import data
+from lib.engine import curvature
+from lib.engine.flow import gradient_descent
+from lib.networks import conv_nets
 
 N_IMAGES, EVERY = 1000, 1
 ETA0, HORIZON = 0.005, 10.0
@@ -162,11 +164,12 @@ def finish(results: dict) -> dict:
         "results": results,
         "settings": {
             "data": f"scikit-learn digits, the first {N_IMAGES} (stride {EVERY}), standardized",
-            "network": "lib.conv_nets.cnn_init defaults: conv 1->4->8 (3x3, stride 2, padding 1, "
+            "network": "lib.networks.conv_nets.cnn_init defaults: conv 1->4->8 (3x3, stride 2, "
+                       "padding 1, "
                        "no bias, ReLU), then 32->32->16->10 (no bias, ReLU between)",
             "loss": "mean cross-entropy, full batch",
             "eta0": ETA0, "ratios": list(RATIOS), "horizon": HORIZON, "snapshot": SNAPSHOT,
-            "engine": "lib.flow.gradient_descent (autograd), float64, one thread per run",
+            "engine": "lib.engine.flow.gradient_descent (autograd), float64, one thread per run",
             "array axes": "full: seed (FULL_SEEDS), ratio (RATIOS[1:] for drifts, RATIOS for "
                           "losses and norm differences), layer pair; pair: seed (PAIR_SEEDS), "
                           "ratio (1, 2), layer pair",

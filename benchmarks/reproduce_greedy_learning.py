@@ -5,15 +5,15 @@ network of width 25, sequences of length 10, Adam in the authors' TensorFlow for
 Tables 4–7). A clean run that stalls costs all of its 200 000 Adam steps, too much for the
 chapter's minute, so the runs are here:
 
-- ``ours``: 32 seeds of the book's random streams (lib.poison_dynamics), clean and with special
+- ``ours``: 32 seeds of the book's random streams (lib.poisoning.dynamics), clean and with special
   sequences, with the authors' extra steps after the loss threshold (20 000 clean, 5 000 with
   special sequences, as their notebook);
 - ``authors``: the authors' own seeds of the two figures (4542 for Figure 3, 4603 for Figure 8),
-  their initialization rebuilt from TensorFlow's stateless stream (lib.keras_streams: every layer
-  seeded with the same seed, so all weights are cut from one stream) and their data from numpy's
-  legacy stream, through the public torch engine (lib.flow.gradient_descent);
+  their initialization rebuilt from TensorFlow's stateless stream (lib.poisoning.keras_streams:
+  every layer seeded with the same seed, so all weights are cut from one stream) and their data
+  from numpy's legacy stream, through the public torch engine (lib.engine.flow.gradient_descent);
 - ``authors_streams``: the left half of Figure 3 (the standalone SSM,
-  ``lib.greedy_learning.FIGURE3``) with the authors' own random streams on 32 fresh seeds
+  ``lib.poisoning.greedy_learning.FIGURE3``) with the authors' own random streams on 32 fresh seeds
   (5000–5031), clean: the distribution of their protocol, whose C is |B|'s draw reversed where
   the book's is drawn independently, so that the chapter can place the authors' seeds 4000 and
   4001 among runs of their own protocol.
@@ -28,9 +28,12 @@ import dataclasses
 import numpy as np
 import torch
 
-from lib import effective_rank, greedy_learning, poison, poison_dynamics
-from lib.flow import gradient_descent
-from lib.keras_streams import stateless_normal
+from lib import effective_rank
+from lib.engine.flow import gradient_descent
+from lib.poisoning import dynamics as poison_dynamics
+from lib.poisoning import greedy_learning
+from lib.poisoning import theorem1 as poison
+from lib.poisoning.keras_streams import stateless_normal
 
 SEEDS = list(range(32))
 MAX_STEPS = 200_000
@@ -133,9 +136,9 @@ def authors(figure: str, key: str) -> dict:
 
 
 def authors_streams(seed: int) -> dict:
-    """The clean standalone run of Figure 3 (``lib.greedy_learning.FIGURE3``, the chapter's
-    protocol and cut-off) from the authors' random streams of ``seed``: when the largest |a_j|
-    passes 1/2 (first record), the step at which the loss falls below the threshold, the final
+    """The clean standalone run of Figure 3 (``lib.poisoning.greedy_learning.FIGURE3``, the
+    chapter's protocol and cut-off) from the authors' random streams of ``seed``: when the largest
+    |a_j| passes 1/2 (first record), the step at which the loss falls below the threshold, the final
     effective rank and loss."""
     runs = greedy_learning.train_greedy(greedy_learning.FIGURE3, [seed], special_scales=(None,),
                                         streams="authors", max_steps=MAX_STEPS)  # fmt: skip

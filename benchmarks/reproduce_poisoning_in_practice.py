@@ -2,11 +2,11 @@
 
 - Table 3, row 2 (standalone SSM, κ = 10, d = 20), 32 seeds: cheap enough for 32 seeds, too slow
   (learning rate 0.001) for the chapter's one-minute budget. Then the same seeds under each detail
-  of the authors' TensorFlow code that the paper does not state (lib.authors_protocol): their
-  correlated initialization and the error logged 1401 steps after the fit instead of 1500 (both
-  in the compiled loop), float32 arithmetic, the adaptive step's gradient norm over the full d × d
-  recurrent kernel, the paper's text's squared norms with softening 1e-5, and all of the code's
-  details at once (in torch, at most ROW2_TORCH_STEPS steps);
+  of the authors' TensorFlow code that the paper does not state (lib.poisoning.authors_protocol):
+  their correlated initialization and the error logged 1401 steps after the fit instead of 1500
+  (both in the compiled loop), float32 arithmetic, the adaptive step's gradient norm over the full
+  d × d recurrent kernel, the paper's text's squared norms with softening 1e-5, and all of the
+  code's details at once (in torch, at most ROW2_TORCH_STEPS steps);
 - Table 1, row 3 (SSM + ReLU MLP, κ = 6), 32 seeds, up to 50 000 Adam steps, in five variants:
   the authors' Adam (TensorFlow's ε-hat form, ε = 1e-7), PyTorch's Adam (ε = 1e-8), the
   authors' Adam with the correlation of their TensorFlow initialization, and two controls that
@@ -28,8 +28,9 @@ import dataclasses
 
 import numpy as np
 
-from lib import authors_protocol, poison_dynamics
-from lib.ssm import impulse_response
+from lib.poisoning import authors_protocol
+from lib.poisoning import dynamics as poison_dynamics
+from lib.ssm.diagonal import impulse_response
 
 ROW2_SEEDS = list(range(32))
 ROW3_SEEDS = list(range(32))
@@ -37,7 +38,8 @@ ROW3_STEPS = 50_000
 TABLE3_ROW3_SEEDS = list(range(32))
 TABLE3_ROW3_STEPS = 100_000
 ROW2_TORCH_STEPS = 100_000  # torch runs cost about 1 ms a step; the compiled ones go to 200 000
-ROW2_VARIANTS = {  # the authors' details one at a time, then all of them (lib.authors_protocol)
+ROW2_VARIANTS = {  # the authors' details one at a time, then all of them
+# (lib.poisoning.authors_protocol)
     "table3_row2_authors_init": {"init": "authors"},
     "table3_row2_extra1401": {"extra_steps": 1401},
     "table3_row2_float32": {"dtype": "float32"},

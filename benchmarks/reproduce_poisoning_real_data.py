@@ -34,9 +34,11 @@ import time
 import numpy as np
 import torch
 
-from lib import data, mlp_victim, s4d
-from lib import gradient_matching as gm
-from lib import transfer_victim as tv
+from lib.book import data
+from lib.poisoning import gradient_matching as gm
+from lib.poisoning import mlp_victim
+from lib.poisoning import transfer_victim as tv
+from lib.ssm import s4d
 
 MODEL = s4d.S4DConfig(channels=16, state=8, layers=2)
 SURROGATE_SEED = 100
@@ -57,7 +59,7 @@ class Part:
     restarts: int
     epochs: int
     cells: tuple[tuple[int | None, float, int], ...]
-    victim: str = "S4D"  # or "MLP": the positive control's family (lib.mlp_victim)
+    victim: str = "S4D"  # or "MLP": the positive control's family (lib.poisoning.mlp_victim)
 
 
 PART_C = Part(steps=250, restarts=8, epochs=40, cells=((40, 2.0, 16),))
@@ -344,10 +346,11 @@ def run() -> dict:
 # which the transfer setting's feature extractor is trained; the rest is the *victim's* set, the
 # clean training data of every victim below, and the pool the poisons are drawn from. In the
 # transfer setting the extractor is frozen and only a linear head is trained from scratch on the
-# victim's (poisoned) set (lib.transfer_victim); in the scratch setting the whole network is. The
-# same test images serve as targets. Arms: the attack with this book's step rule ("attack"), with
-# the authors' step rule ("authors"), and for each a random control of its own size ("random",
-# "random_authors": the l2 norm and l_inf bound of the arm's perturbation, per poison).
+# victim's (poisoned) set (lib.poisoning.transfer_victim); in the scratch setting the whole network
+# is. The same test images serve as targets. Arms: the attack with this book's step rule
+# ("attack"), with the authors' step rule ("authors"), and for each a random control of its own
+# size ("random", "random_authors": the l2 norm and l_inf bound of the arm's perturbation, per
+# poison).
 
 CONTROL_DOSES = (1, 2, 3)  # multiples of the chapter's eps (2 gray levels)
 CONTROL_BUDGET = 40
@@ -494,12 +497,12 @@ def control_setting(
 #
 # In the transfer setting the victim's retraining is a small, fixed computation (AdamW on a linear
 # head over frozen features), so the poisons can be optimized through it: the unrolled attack
-# (lib.transfer_victim.unrolled_attack, eq. (T.3)) minimizes the target's loss under the head that
-# the victim of seed ORACLE_SEED retrains on the poisons. It runs on the control's MLP-transfer
-# victim, targets and surrogate, at the chapter's eps, with two choices of the poison images: the
-# control's (random images of the adversarial class) and the adversarial-class images nearest the
-# target in the extractor's feature space (gm.choose_nearest); gradient matching runs on the
-# nearest images too. Every arm has its random control of its own size. The victims: the
+# (lib.poisoning.transfer_victim.unrolled_attack, eq. (T.3)) minimizes the target's loss under the
+# head that the victim of seed ORACLE_SEED retrains on the poisons. It runs on the control's
+# MLP-transfer victim, targets and surrogate, at the chapter's eps, with two choices of the poison
+# images: the control's (random images of the adversarial class) and the adversarial-class images
+# nearest the target in the extractor's feature space (gm.choose_nearest); gradient matching runs
+# on the nearest images too. Every arm has its random control of its own size. The victims: the
 # unrolled seed, and ORACLE_SEEDS[1:], which the attack never saw.
 
 ORACLE_STEPS = 20

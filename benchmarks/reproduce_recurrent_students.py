@@ -19,9 +19,9 @@ produced the committed file, that was after 4000 steps, before any run had stopp
 run takes the same 4000 steps (``max_steps``), so that the two budgets agree, in about half an hour
 of one core.
 
-Every run of one setting (ten seeds × all lengths) is one batch of GRUs (:mod:`lib.gru_students`):
-the runs read sequences of the longest length and each learns its teacher's output at its own step
-k_g (which depends on the first k_g inputs only).
+Every run of one setting (ten seeds × all lengths) is one batch of GRUs
+(:mod:`lib.ssm.gru_students`): the runs read sequences of the longest length and each learns its
+teacher's output at its own step k_g (which depends on the first k_g inputs only).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lib import gru_students as gs  # noqa: E402
-from lib.results import environment  # noqa: E402
+from lib.book.results import environment  # noqa: E402
+from lib.ssm import gru_students as gs  # noqa: E402
 
 PAPER_SCALE = {"teacher_width": 10, "student_width": 100, "ks": [10, 20, 30, 35, 40, 45, 50, 60],
                "length": 120, "max_steps": 50_000, "figure_ks": [30, 60], "time_limit": 330}
@@ -140,7 +140,7 @@ FILES = {"recurrent-students": (tasks, finish),
 
 def paper_scale(out_dir: Path) -> Path:
     """The paper's widths, on a GPU if there is one; writes recurrent-students-paper-scale.json."""
-    from lib.results import _plain
+    from lib.book.results import _plain
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     start = time.perf_counter()

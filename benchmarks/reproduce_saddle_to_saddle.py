@@ -5,9 +5,11 @@ classes) and width 32, with the step rule η_k = c (√L/‖θ_k‖)^{L−2}, i.
 η₀/‖θ_k‖^{L−2}: the same step in the time s of §2.1 at every depth, for a direction of a given
 speed on the sphere ‖θ‖² = L. c = 10/36 is the paper's 10/‖θ‖⁴ at L = 6 (App. B).
 
-* ``searches``: the escape search of :func:`lib.saddles.escape_search` at depths 2, 3, 4, 6,
+* ``searches``: the escape search of :func:`lib.networks.saddles.escape_search` at depths 2, 3, 4,
+6,
   32 seeds each; its best direction is the reference the dynamics are compared with;
-* ``limit``: the α → 0 limit of gradient descent (:func:`lib.escape_dynamics.limit_direction_flow`)
+* ``limit``: the α → 0 limit of gradient descent
+(:func:`lib.networks.escape_dynamics.limit_direction_flow`)
   from each seed's initial direction at depths 3, 4 (32 seeds) and 6 (8 seeds): when (the step
   s₁) and where it aligns with the search's direction;
 * ``alpha``: training runs on the full loss from α times the same initializations, α = 1 (the
@@ -18,7 +20,7 @@ speed on the sphere ‖θ‖² = L. c = 10/36 is the paper's 10/‖θ‖⁴ at L
 * ``figure4``: depth 4 against depth 6 with the same rule (c = 10/36 and the chapter's
   c = 100/36), 8 seeds, 20 000 steps: plateaus, final loss and spectra (the paper's Figure 4);
 * ``balance``: weak balancedness on the chapter's run, step by step
-  (:func:`lib.escape_dynamics.balance_drift`), at η₀ = 100 and at the paper's η₀ = 10.
+  (:func:`lib.networks.escape_dynamics.balance_drift`), at η₀ = 100 and at the paper's η₀ = 10.
 
 About ten minutes of CPU (45 minutes of wall time on a shared, loaded 2-core machine).
 """
@@ -31,10 +33,10 @@ import math
 import numpy as np
 import torch
 
-from lib import escape_dynamics as ed
-from lib import saddles
-from lib.data import digits
-from lib.relu_nets import gaussian_weights
+from lib.book.data import digits
+from lib.networks import escape_dynamics as ed
+from lib.networks import saddles
+from lib.networks.relu_nets import gaussian_weights
 
 DIGITS = {"n": 300, "every": 5}
 WIDTH, CLASSES = 32, 10
@@ -74,7 +76,8 @@ def norm(weights) -> float:
 
 
 def report(weights, best, x, G) -> dict:
-    """The comparison of :func:`lib.escape_dynamics.compare_directions`, as plain numbers."""
+    """The comparison of :func:`lib.networks.escape_dynamics.compare_directions`, as plain
+    numbers."""
     c = ed.compare_directions(weights, best, x, G)
     return {"speed_ratio": c["speed_ratio"], "output_cosine": c["output_cosine"],
             "residual": c["residual"], "tails": c["tails"].tolist()}  # fmt: skip

@@ -26,7 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lib import authors_protocol, poison_dynamics  # noqa: E402
+from lib.poisoning import authors_protocol  # noqa: E402
+from lib.poisoning import dynamics as poison_dynamics
 
 SEEDS = list(range(8))
 

@@ -6,7 +6,7 @@ Chapters are converted with jupytext and executed with nbclient one after the ot
 poisoning experiments (torch engine, compiled loop, arithmetic floor; see ``train_step.py``) and
 the SSM loss-and-gradient through the closed form and the recurrence (see ``ssm_gradient.py``),
 and the S4D victim's training step with the Toeplitz and the FFT convolution by sequence length
-(see ``s4d_conv.py``; it measures the crossover ``lib.s4d.FFT_MIN_LENGTH``).
+(see ``s4d_conv.py``; it measures the crossover ``lib.ssm.s4d.FFT_MIN_LENGTH``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Time one training step of :mod:`lib.s4d` with the Toeplitz and the FFT convolution, by length.
+"""Time one training step of :mod:`lib.ssm.s4d` with the Toeplitz and the FFT convolution, by
+length.
 
 The S4D victim convolves each channel's input with its kernel. The Toeplitz product costs O(L²)
 per channel and sequence, the FFT product O(L log L) with a larger constant; this table measures
-where one overtakes the other, which sets :data:`lib.s4d.FFT_MIN_LENGTH`.
+where one overtakes the other, which sets :data:`lib.ssm.s4d.FFT_MIN_LENGTH`.
 
 One training step = the loss of a minibatch, its backward pass and an AdamW step, for one network
 of the chapter's size (16 channels, state 8, 2 layers) on a minibatch of 32 sequences, both
@@ -23,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib import s4d  # noqa: E402
+from lib.ssm import s4d  # noqa: E402
 
 LENGTHS = (64, 128, 192, 256, 384, 512, 1024)
 CONFIG = s4d.S4DConfig(channels=16, state=8, layers=2)
@@ -87,7 +88,7 @@ def table(rows) -> str:
         lines.append(f"| L = {length} | {toe:.2f} ms | {fft:.2f} ms | {toe / fft:.2f} |")
     lines.append(
         f"\nmeasured crossover: FFT faster from L = {crossover(rows)} on; "
-        f"lib.s4d.FFT_MIN_LENGTH = {s4d.FFT_MIN_LENGTH}"
+        f"lib.ssm.s4d.FFT_MIN_LENGTH = {s4d.FFT_MIN_LENGTH}"
     )
     return "\n".join(lines)
 

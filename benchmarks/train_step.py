@@ -3,9 +3,10 @@
 For the two hot paths of the book (a standalone diagonal SSM, Table 1 row 2; an SSM followed by a
 two-hidden-layer ReLU MLP, Table 1 row 3), measured side by side in one run:
 
-- *torch engine*: :func:`lib.flow.gradient_descent` with the closed-form gradients, all runs
+- *torch engine*: :func:`lib.engine.flow.gradient_descent` with the closed-form gradients, all runs
   advanced together (``train_dynamics(engine="torch")``);
-- *compiled loop*: :mod:`lib.fast_dynamics`, the whole loop of each run compiled with numba
+- *compiled loop*: :mod:`lib.poisoning._dynamics_kernels`, the whole loop of each run compiled with
+numba
   (``train_dynamics(engine="compiled")``, the default);
 - *arithmetic floor*: the compiled loss-and-gradient kernel alone, called in a compiled loop with
   no optimizer, no stopping rule and no recording: what the model's arithmetic costs by itself.
@@ -31,8 +32,8 @@ from numba import njit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib import poison_dynamics as pdyn  # noqa: E402
-from lib.fast_dynamics import _loss_and_gradient, work_size  # noqa: E402
+from lib.poisoning import dynamics as pdyn  # noqa: E402
+from lib.poisoning._dynamics_kernels import _loss_and_gradient, work_size  # noqa: E402
 
 AUTHORS_MS = 129.0  # the authors' Keras step on a 2-core machine (see the docstring)
 CASES = [

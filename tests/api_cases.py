@@ -47,19 +47,27 @@ import inspect
 import io
 import math
 import os
-import pkgutil
 import signal
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 import lib
-from lib import curvature, data, extrapolation, flow, linear_nets, poison, relu_nets, ssm, viz
-from lib import poison_dynamics as dyn
+from lib.book import data, viz
+from lib.engine import curvature, flow
+from lib.networks import linear_nets, relu_nets
+from lib.poisoning import dynamics as dyn
+from lib.poisoning import theorem1 as poison
+from lib.ssm import diagonal as ssm
+from lib.ssm import extrapolation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import book_site  # noqa: E402  (tools/ is not a package)
 
 DT = torch.float64
 LIB_DIR = os.path.dirname(os.path.abspath(lib.__file__))
@@ -93,9 +101,9 @@ class Case:
     examples: int = 8  # Hypothesis examples in the fuzz test
     convert_only: tuple[str, ...] = field(default_factory=tuple)
     # Parameters at which a loss or gradient closure returns an overflow (inf/nan) as it comes, so
-    # that lib.flow's engines can flag a diverging run (their documented contract): at 1e300-sized
-    # values of these (or, for a callable argument, when it answers nan), a non-finite answer is
-    # that contract, not a silent failure.
+    # that lib.engine.flow's engines can flag a diverging run (their documented contract): at
+    # 1e300-sized values of these (or, for a callable argument, when it answers nan), a non-finite
+    # answer is that contract, not a silent failure.
     overflow_passes: tuple[str, ...] = field(default_factory=tuple)
 
     def call(self, values: dict | None = None):
@@ -481,11 +489,16 @@ def class_mutations(case: Case) -> list[tuple[str, str, object, str, str]]:
 
 
 def public_modules() -> list[str]:
-    """The modules the API page documents: every module of ``lib`` without a leading underscore.
+    """The modules the API page documents, as ``folder.module``: every module of ``lib``'s
+    folders without a leading underscore.
 
     The same list as the page's ``lib-modules`` directive (``tools/book_site.py``).
     """
-    return sorted(i.name for i in pkgutil.iter_modules(lib.__path__) if not i.name.startswith("_"))
+    return [
+        f"{folder}.{name}"
+        for folder, names in book_site.lib_folders()
+        for name in names
+    ]
 
 
 def _module_members(module) -> list[str]:
@@ -628,7 +641,7 @@ def _oracle_eigen(result, loss, params, **_):
 
 
 def _oracle_prop3(result, teacher, kappa, epsilon, **_):
-    target = ssm.impulse_response(*ssm._as_ssm(teacher, "teacher"), int(kappa) + 1).clone()
+    target = ssm.impulse_response(*ssm.as_ssm(teacher, "teacher"), int(kappa) + 1).clone()
     target[int(kappa)] += float(epsilon)
     got = ssm.impulse_response(*result, int(kappa) + 1)
     return float((got - target).abs().max()) <= 1e-8 * max(1.0, float(target.abs().max()))
@@ -709,7 +722,7 @@ def _closure_params_case(case: Case) -> Case:
     def run(params):
         return Applied(built.factory, params, built.call)(*positional, **keywords)
 
-    # the closures lib builds are loss/gradient closures for lib.flow's engines: at nan or
+    # the closures lib builds are loss/gradient closures for lib.engine.flow's engines: at nan or
     # 1e300-sized parameters they pass the overflow on, for the engines to flag the run diverged
     return Case(f"{case.name} (closure params)", run,
                 [Arg("params", built.params, "closure-params")], examples=case.examples,
@@ -750,9 +763,11 @@ def case_modules() -> list[str]:
 
 
 RECORDS = {
-    "flow.Trajectory": "the record lib.flow's engines return; every reader of one is lib itself",
-    "ssm.SSM": "a named tuple (a, b, c): every function that takes one checks it (ssm._as_ssm)",
-    "poison_dynamics.DynamicsRuns": "the record train_dynamics returns; its methods check their "
+    "engine.flow.Trajectory": "the record lib.engine.flow's engines return; every reader of one is "
+                              "lib itself",
+    "ssm.diagonal.SSM": "a named tuple (a, b, c): every function that takes one checks it "
+                        "(ssm.as_ssm)",
+    "poisoning.dynamics.DynamicsRuns": "the record train_dynamics returns; its methods check their "
     "arguments (cases DynamicsRuns.run, .index, .active, .gamma0, .initial_gain)",
 }
 """Public classes that are plain records of results: lib builds them, and what reads them checks
@@ -818,37 +833,37 @@ def _own_cases() -> list[Case]:
 
     P = Arg  # short
     cases = [
-        # lib.ssm
+        # lib.ssm.diagonal
         Case(
-            "ssm.impulse_response",
+            "ssm.diagonal.impulse_response",
             ssm.impulse_response,
             [P("a", a, "tensor"), P("b", b, "tensor"), P("c", c, "tensor"), P("length", 6, "int")],
             oracle=_oracle_impulse,
         ),
         Case(
-            "ssm.ssm_output",
+            "ssm.diagonal.ssm_output",
             ssm.ssm_output,
             [P("a", a, "tensor"), P("b", b, "tensor"), P("c", c, "tensor"), P("x", x, "tensor")],
             oracle=_oracle_output,
         ),
         Case(
-            "ssm.ssm_recurrence",
+            "ssm.diagonal.ssm_recurrence",
             ssm.ssm_recurrence,
             [P("a", a, "tensor"), P("b", b, "tensor"), P("c", c, "tensor"), P("x", x, "tensor")],
         ),
         Case(
-            "ssm.square_loss",
+            "ssm.diagonal.square_loss",
             ssm.square_loss,
             [P("student", (a, b, c), "ssm"), P("x", x, "tensor"), P("y", y, "tensor")],
-            overflow_passes=("student",),  # a loss closure for lib.flow (its docstring)
+            overflow_passes=("student",),  # a loss closure for lib.engine.flow (its docstring)
         ),
         Case(
-            "ssm.square_loss_gradient",
+            "ssm.diagonal.square_loss_gradient",
             applied(ssm.square_loss_gradient, {"a": a, "b": b, "c": c}),
             [P("x", x, "tensor"), P("y", y, "tensor"), P("weights", y.abs() / 4, "tensor", True)],
         ),
         Case(
-            "ssm.generalization_error",
+            "ssm.diagonal.generalization_error",
             ssm.generalization_error,
             [
                 P("student", student, "ssm"),
@@ -858,7 +873,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "ssm.characterization_coefficients",
+            "ssm.diagonal.characterization_coefficients",
             ssm.characterization_coefficients,
             [
                 P("a", a, "tensor"),
@@ -870,7 +885,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "ssm.characterization_velocity",
+            "ssm.diagonal.characterization_velocity",
             ssm.characterization_velocity,
             [
                 P("a", a, "tensor"),
@@ -879,11 +894,13 @@ def _own_cases() -> list[Case]:
                 P("gammas", t(0.1, 0.2, 0.3), "tensor"),
             ],
         ),
-        Case("ssm.effective_rank", ssm.effective_rank, [P("a", a, "tensor")], oracle=_oracle_erank),
-        Case("ssm.theorem1_teacher", ssm.theorem1_teacher, [P("d", 4, "int")]),
-        Case("ssm.unit_impulse", ssm.unit_impulse, [P("kappa", 5, "int"), P("position", 2, "int")]),
+        Case("ssm.diagonal.effective_rank", ssm.effective_rank, [P("a", a, "tensor")],
+            oracle=_oracle_erank),
+        Case("ssm.diagonal.theorem1_teacher", ssm.theorem1_teacher, [P("d", 4, "int")]),
+        Case("ssm.diagonal.unit_impulse", ssm.unit_impulse, [P("kappa", 5, "int"), P("position", 2,
+            "int")]),
         Case(
-            "ssm.random_sequences",
+            "ssm.diagonal.random_sequences",
             lambda n, kappa, positions, generator: ssm.random_sequences(
                 n, kappa, positions, _fresh(generator)
             ),
@@ -895,7 +912,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "ssm.baseline_and_special",
+            "ssm.diagonal.baseline_and_special",
             ssm.baseline_and_special,
             [
                 P("kappa", 5, "int"),
@@ -907,12 +924,12 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "ssm.fit_impulse_response",
+            "ssm.diagonal.fit_impulse_response",
             ssm.fit_impulse_response,
             [P("a", t(0.5, -0.5, 0.1), "tensor"), P("targets", t(1.0, 2.0), "tensor")],
         ),
         Case(
-            "ssm.proposition3_student",
+            "ssm.diagonal.proposition3_student",
             ssm.proposition3_student,
             [
                 P("teacher", teacher, "ssm"),
@@ -922,10 +939,11 @@ def _own_cases() -> list[Case]:
             ],
             oracle=_oracle_prop3,
         ),
-        # lib.flow
-        Case("flow.log_grid", flow.log_grid, [P("horizon", 100.0, "float"), P("points", 5, "int")]),
+        # lib.engine.flow
+        Case("engine.flow.log_grid", flow.log_grid, [P("horizon", 100.0, "float"), P("points", 5,
+            "int")]),
         Case(
-            "flow.gradient_flow",
+            "engine.flow.gradient_flow",
             flow.gradient_flow,
             [
                 P("loss", _quadratic_loss, "callable"),
@@ -939,7 +957,7 @@ def _own_cases() -> list[Case]:
             examples=8,
         ),
         Case(
-            "flow.gradient_descent",
+            "engine.flow.gradient_descent",
             flow.gradient_descent,
             [
                 P("loss", _quadratic_loss, "callable"),
@@ -953,16 +971,16 @@ def _own_cases() -> list[Case]:
             ],
             examples=8,
         ),
-        Case("flow.Trajectory.at", traj.at, [P("index", 1, "int")]),
-        Case("flow.Trajectory.getitem", traj.__getitem__, [P("name", "w", "text")]),
-        # lib.curvature
+        Case("engine.flow.Trajectory.at", traj.at, [P("index", 1, "int")]),
+        Case("engine.flow.Trajectory.getitem", traj.__getitem__, [P("name", "w", "text")]),
+        # lib.engine.curvature
         Case(
-            "curvature.parameter_count",
+            "engine.curvature.parameter_count",
             curvature.parameter_count,
             [P("params", flow_params, "params")],
         ),
         Case(
-            "curvature.hessian_vector_product",
+            "engine.curvature.hessian_vector_product",
             curvature.hessian_vector_product,
             [
                 P("loss", _quadratic_loss, "callable"),
@@ -971,12 +989,12 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "curvature.dense_hessian",
+            "engine.curvature.dense_hessian",
             curvature.dense_hessian,
             [P("loss", _quadratic_loss, "callable"), P("params", flow_params, "params")],
         ),
         Case(
-            "curvature.extreme_eigenvalues",
+            "engine.curvature.extreme_eigenvalues",
             curvature.extreme_eigenvalues,
             [
                 P("loss", _half_loss, "callable"),
@@ -986,14 +1004,16 @@ def _own_cases() -> list[Case]:
             ],
             oracle=_oracle_eigen,
         ),
-        # lib.data, lib.config
+        # lib.book.data, lib.engine.config
         Case(
-            "data.digits", data.digits, [P("n", 10, "int"), P("every", 3, "int", True)], examples=4
+            "book.data.digits", data.digits, [P("n", 10, "int"), P("every", 3, "int", True)],
+                examples=4
         ),
-        Case("config.scaled", lib.config.scaled, [P("fast", 1, "int"), P("full", 2, "int")]),
-        # lib.relu_nets
+        Case("engine.config.scaled", lib.engine.config.scaled, [P("fast", 1, "int"), P("full", 2,
+            "int")]),
+        # lib.networks.relu_nets
         Case(
-            "relu_nets.relu_network",
+            "networks.relu_nets.relu_network",
             relu_nets.relu_network,
             [
                 P("weights", [torch.ones(2, 3, dtype=DT), torch.ones(1, 2, dtype=DT)], "seq"),
@@ -1001,7 +1021,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "relu_nets.gaussian_weights",
+            "networks.relu_nets.gaussian_weights",
             lambda widths, scale, rng: relu_nets.gaussian_weights(widths, scale, _fresh(rng)),
             [
                 P("widths", [2, 3, 1], "seq"),
@@ -1009,20 +1029,20 @@ def _own_cases() -> list[Case]:
                 P("rng", np.random.RandomState(0), "object"),
             ],
         ),
-        # lib.linear_nets
-        Case("linear_nets.layers", linear_nets.layers, [P("params", net, "params")]),
+        # lib.networks.linear_nets
+        Case("networks.linear_nets.layers", linear_nets.layers, [P("params", net, "params")]),
         Case(
-            "linear_nets.as_params",
+            "networks.linear_nets.as_params",
             linear_nets.as_params,
             [P("weights", list(net.values()), "seq")],
         ),
         Case(
-            "linear_nets.xavier_init",
+            "networks.linear_nets.xavier_init",
             linear_nets.xavier_init,
             [P("widths", [3, 4, 2], "seq"), P("seed", 0, "int")],
         ),
         Case(
-            "linear_nets.network_output",
+            "networks.linear_nets.network_output",
             linear_nets.network_output,
             [
                 P("params", net, "params"),
@@ -1031,7 +1051,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "linear_nets.cross_entropy",
+            "networks.linear_nets.cross_entropy",
             linear_nets.cross_entropy,
             [
                 P("params", net, "params"),
@@ -1040,33 +1060,35 @@ def _own_cases() -> list[Case]:
                 P("activation", "linear", "choice", True),
             ],
         ),
-        Case("linear_nets.end_to_end", linear_nets.end_to_end, [P("params", net, "params")]),
+        Case("networks.linear_nets.end_to_end", linear_nets.end_to_end, [P("params", net,
+            "params")]),
         Case(
-            "linear_nets.scalar_regression_loss",
+            "networks.linear_nets.scalar_regression_loss",
             linear_nets.scalar_regression_loss,
             [P("params", scalar_net, "params"), P("target", t(1.0, 0.5, -0.5), "tensor")],
             overflow_passes=("params",),  # a loss closure (the gradient-flow chapter's)
         ),
         Case(
-            "linear_nets.balanced_init",
+            "networks.linear_nets.balanced_init",
             linear_nets.balanced_init,
             [P("widths", [2, 3, 2], "seq"), P("end_to_end_matrix", A, "tensor")],
         ),
         Case(
-            "linear_nets.balance_matrices",
+            "networks.linear_nets.balance_matrices",
             linear_nets.balance_matrices,
             [P("params", net, "params")],
         ),
         Case(
-            "linear_nets.unbalancedness", linear_nets.unbalancedness, [P("params", net, "params")]
+            "networks.linear_nets.unbalancedness", linear_nets.unbalancedness, [P("params", net,
+                "params")]
         ),
         Case(
-            "linear_nets.rescale",
+            "networks.linear_nets.rescale",
             linear_nets.rescale,
             [P("params", net, "params"), P("j", 1, "int"), P("c", 2.0, "float")],
         ),
         Case(
-            "linear_nets.end_to_end_velocity",
+            "networks.linear_nets.end_to_end_velocity",
             linear_nets.end_to_end_velocity,
             [
                 P("w", t(0.1, 0.2), "tensor"),
@@ -1075,12 +1097,12 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "linear_nets.lemma7_bound",
+            "networks.linear_nets.lemma7_bound",
             linear_nets.lemma7_bound,
             [P("params", scalar_net, "params"), P("gradient_norm", 0.5, "float")],
         ),
         Case(
-            "linear_nets.theorem15_step_size",
+            "networks.linear_nets.theorem15_step_size",
             linear_nets.theorem15_step_size,
             [
                 P("depth", 3, "int"),
@@ -1089,14 +1111,14 @@ def _own_cases() -> list[Case]:
                 P("accuracy", 0.1, "float"),
             ],
         ),
-        # lib.extrapolation
+        # lib.ssm.extrapolation
         Case(
-            "extrapolation.moment_teacher",
+            "ssm.extrapolation.moment_teacher",
             extrapolation.moment_teacher,
             [P("eigenvalues", t(0.5, -0.2), "tensor"), P("weights", t(0.3, 0.7), "tensor")],
         ),
         Case(
-            "extrapolation.moment_sequence",
+            "ssm.extrapolation.moment_sequence",
             extrapolation.moment_sequence,
             [
                 P("eigenvalues", t(0.5, -0.2), "tensor"),
@@ -1105,18 +1127,18 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "extrapolation.hankel",
+            "ssm.extrapolation.hankel",
             extrapolation.hankel,
             [P("sequence", w, "tensor"), P("size", 3, "int")],
         ),
         Case(
-            "extrapolation.hankel_rank",
+            "ssm.extrapolation.hankel_rank",
             extrapolation.hankel_rank,
             [P("sequence", w, "tensor"), P("size", 3, "int"), P("rtol", 1e-8, "float", True)],
         ),
-        Case("extrapolation.lemma_a1_pair", extrapolation.lemma_a1_pair, [P("n", 3, "int")]),
+        Case("ssm.extrapolation.lemma_a1_pair", extrapolation.lemma_a1_pair, [P("n", 3, "int")]),
         Case(
-            "extrapolation.tail_error",
+            "ssm.extrapolation.tail_error",
             extrapolation.tail_error,
             [
                 P("h", w * 0.9, "tensor"),
@@ -1126,27 +1148,27 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "extrapolation.population_loss",
+            "ssm.extrapolation.population_loss",
             extrapolation.population_loss,
             [P("h", w * 0.9, "tensor"), P("w", w, "tensor"), P("k", 3, "int")],
         ),
         Case(
-            "extrapolation.balanced_field",
+            "ssm.extrapolation.balanced_field",
             applied(extrapolation.balanced_field, balanced, lambda pair, p: pair[0](p)),
             [P("w", w, "tensor"), P("k", 3, "int")],
         ),
         Case(
-            "extrapolation.balanced_field (jacobian)",
+            "ssm.extrapolation.balanced_field (jacobian)",
             applied(extrapolation.balanced_field, balanced, lambda pair, p: pair[1](p)),
             [P("w", w, "tensor"), P("k", 3, "int")],
         ),
         Case(
-            "extrapolation.balanced_init",
+            "ssm.extrapolation.balanced_init",
             extrapolation.balanced_init,
             [P("d", 3, "int"), P("seed", 0, "int"), P("init_scale", 0.1, "float", True)],
         ),
         Case(
-            "extrapolation.balanced_flow",
+            "ssm.extrapolation.balanced_flow",
             extrapolation.balanced_flow,
             [
                 P("w", w, "tensor"),
@@ -1159,7 +1181,7 @@ def _own_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "extrapolation.extrapolation_sweep",
+            "ssm.extrapolation.extrapolation_sweep",
             extrapolation.extrapolation_sweep,
             [
                 P("eigenvalues", t(0.5, -0.2), "tensor"),
@@ -1175,13 +1197,13 @@ def _own_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "extrapolation.balanced_descent_field",
+            "ssm.extrapolation.balanced_descent_field",
             applied(extrapolation.balanced_descent_field,
                     {k: v.unsqueeze(0) for k, v in balanced.items()}),
             [P("w", w, "tensor"), P("ks", [3], "seq")],
         ),
         Case(
-            "extrapolation.linear_rnn_response",
+            "ssm.extrapolation.linear_rnn_response",
             extrapolation.linear_rnn_response,
             [
                 P("a", A, "tensor"),
@@ -1191,20 +1213,21 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "extrapolation.general_descent_field",
+            "ssm.extrapolation.general_descent_field",
             applied(extrapolation.general_descent_field,
                     {"A": A.unsqueeze(0), "B": t(1.0, 0.5).unsqueeze(0),
                      "C": t(0.5, 1.0).unsqueeze(0)}),
             [P("w", w, "tensor"), P("ks", [3], "seq")],
         ),
         Case(
-            "extrapolation.general_init",
+            "ssm.extrapolation.general_init",
             extrapolation.general_init,
             [P("d", 2, "int"), P("seeds", [0, 1], "seq"), P("init_scale", 0.1, "float", True)],
         ),
-        Case("extrapolation.delay_teacher", extrapolation.delay_teacher, [P("d_hat", 3, "int")]),
+        Case("ssm.extrapolation.delay_teacher", extrapolation.delay_teacher, [P("d_hat", 3,
+            "int")]),
         Case(
-            "extrapolation.train_adam",
+            "ssm.extrapolation.train_adam",
             lambda lr, steps, milestones, runs, engine="compiled": extrapolation.train_adam(
                 extrapolation.balanced_descent_field(w, [3]),
                 {k: v.unsqueeze(0) for k, v in balanced.items()},
@@ -1225,12 +1248,12 @@ def _own_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "extrapolation.GRUNet",
+            "ssm.extrapolation.GRUNet",
             extrapolation.GRUNet,
             [P("hidden", 2, "int"), P("seed", 0, "int")],
         ),
         Case(
-            "extrapolation.gru_teacher",
+            "ssm.extrapolation.gru_teacher",
             extrapolation.gru_teacher,
             [
                 P("hidden", 2, "int"),
@@ -1242,7 +1265,7 @@ def _own_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "extrapolation.train_gru_student",
+            "ssm.extrapolation.train_gru_student",
             extrapolation.train_gru_student,
             [
                 P("teacher", gru_small, "object"),
@@ -1256,7 +1279,7 @@ def _own_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "extrapolation.gru_tail_error",
+            "ssm.extrapolation.gru_tail_error",
             extrapolation.gru_tail_error,
             [
                 P("student", gru_small, "object"),
@@ -1266,14 +1289,14 @@ def _own_cases() -> list[Case]:
                 P("n", 8, "int", True),
             ],
         ),
-        # lib.poison
+        # lib.poisoning.theorem1
         Case(
-            "poison.tie_gap",
+            "poisoning.theorem1.tie_gap",
             poison.tie_gap,
             [P("init_scale", 1e-3, "float"), P("exponent", 5.0, "float")],
         ),
         Case(
-            "poison.theorem1_init",
+            "poisoning.theorem1.theorem1_init",
             poison.theorem1_init,
             [
                 P("d", 4, "int"),
@@ -1283,12 +1306,12 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison.theorem1_training_set",
+            "poisoning.theorem1.theorem1_training_set",
             poison.theorem1_training_set,
             [P("d", 4, "int"), P("kappa", 5, "int"), P("poisoned", True, "bool", True)],
         ),
         Case(
-            "poison.theorem1_loss",
+            "poisoning.theorem1.theorem1_loss",
             poison.theorem1_loss,
             [
                 P("a", t(0.3, 0.2, 0.1), "tensor"),
@@ -1297,7 +1320,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison.theorem1_velocity",
+            "poisoning.theorem1.theorem1_velocity",
             poison.theorem1_velocity,
             [
                 P("a", t(0.3, 0.2, 0.1), "tensor"),
@@ -1306,7 +1329,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison.theorem1_flow",
+            "poisoning.theorem1.theorem1_flow",
             poison.theorem1_flow,
             [
                 P("a0", t(0.03, 0.02, 0.01), "tensor"),
@@ -1319,26 +1342,28 @@ def _own_cases() -> list[Case]:
             examples=8,
         ),
         Case(
-            "poison.conserved_quantity",
+            "poisoning.theorem1.conserved_quantity",
             poison.conserved_quantity,
             [P("a", t(0.3, 0.2, 0.1), "tensor"), P("kappa", 5, "int")],
         ),
         Case(
-            "poison.escape_time", poison.escape_time, [P("a1", 0.01, "float"), P("kappa", 7, "int")]
+            "poisoning.theorem1.escape_time", poison.escape_time, [P("a1", 0.01, "float"),
+                P("kappa", 7, "int")]
         ),
-        Case("poison.saddle_point", poison.saddle_point, [P("d", 4, "int"), P("kappa", 5, "int")]),
+        Case("poisoning.theorem1.saddle_point", poison.saddle_point, [P("d", 4, "int"), P("kappa",
+            5, "int")]),
         Case(
-            "poison.saddle_hessian_eigenvalues",
+            "poisoning.theorem1.saddle_hessian_eigenvalues",
             poison.saddle_hessian_eigenvalues,
             [P("d", 4, "int"), P("kappa", 5, "int")],
         ),
         Case(
-            "poison.theorem1_lower_bound",
+            "poisoning.theorem1.theorem1_lower_bound",
             poison.theorem1_lower_bound,
             [P("d", 4, "int"), P("kappa", 5, "int")],
         ),
         Case(
-            "poison.theorem1_error",
+            "poisoning.theorem1.theorem1_error",
             poison.theorem1_error,
             [
                 P("a", t(0.9, 0.1, 0.0, 0.0), "tensor"),
@@ -1347,12 +1372,12 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison.default_horizons",
+            "poisoning.theorem1.default_horizons",
             poison.default_horizons,
             [P("d", 4, "int"), P("kappa", 5, "int"), P("a1", 0.01, "float")],
         ),
         Case(
-            "poison.theorem1_table",
+            "poisoning.theorem1.theorem1_table",
             poison.theorem1_table,
             [
                 P("d", 4, "int"),
@@ -1365,7 +1390,7 @@ def _own_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "poison.poisoning_window",
+            "poisoning.theorem1.poisoning_window",
             poison.poisoning_window,
             [
                 P("d", 4, "int"),
@@ -1377,19 +1402,19 @@ def _own_cases() -> list[Case]:
             ],
             examples=5,
         ),
-        # lib.poison_dynamics
+        # lib.poisoning.dynamics
         Case(
-            "poison_dynamics.sorted_with_tie",
+            "poisoning.dynamics.sorted_with_tie",
             dyn.sorted_with_tie,
             [P("values", np.array([0.1, 0.3, 0.2]), "object"), P("diff", 0.01, "float")],
         ),
         Case(
-            "poison_dynamics.dynamics_init",
+            "poisoning.dynamics.dynamics_init",
             dyn.dynamics_init,
             [P("setting", setting, "object"), P("seed", 0, "int")],
         ),
         Case(
-            "poison_dynamics.dynamics_data",
+            "poisoning.dynamics.dynamics_data",
             dyn.dynamics_data,
             [
                 P("setting", setting, "object"),
@@ -1398,12 +1423,12 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison_dynamics.ssm_mlp_output",
+            "poisoning.dynamics.ssm_mlp_output",
             dyn.ssm_mlp_output,
             [P("params", mlp, "params"), P("x", x.unsqueeze(0).repeat(2, 1, 1), "tensor")],
         ),
         Case(
-            "poison_dynamics.ssm_mlp_loss_gradient",
+            "poisoning.dynamics.ssm_mlp_loss_gradient",
             applied(dyn.ssm_mlp_loss_gradient, mlp),
             [
                 P("x", x.unsqueeze(0).repeat(2, 1, 1), "tensor"),
@@ -1412,7 +1437,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison_dynamics.DynamicsSetting",
+            "poisoning.dynamics.DynamicsSetting",
             lambda d, kappa, sd_a, optimizer: dataclasses.replace(
                 setting, d=d, kappa=kappa, sd_a=sd_a, optimizer=optimizer
             ),
@@ -1423,21 +1448,21 @@ def _own_cases() -> list[Case]:
                 P("optimizer", "adaptive", "choice"),
             ],
         ),
-        Case("poison_dynamics.DynamicsRuns.run", runs.run, [P("r", 0, "int")]),
-        Case("poison_dynamics.DynamicsRuns.active", runs.active, [P("r", 0, "int")]),
-        Case("poison_dynamics.DynamicsRuns.gamma0", runs.gamma0, [P("r", 0, "int")]),
+        Case("poisoning.dynamics.DynamicsRuns.run", runs.run, [P("r", 0, "int")]),
+        Case("poisoning.dynamics.DynamicsRuns.active", runs.active, [P("r", 0, "int")]),
+        Case("poisoning.dynamics.DynamicsRuns.gamma0", runs.gamma0, [P("r", 0, "int")]),
         Case(
-            "poison_dynamics.DynamicsRuns.index",
+            "poisoning.dynamics.DynamicsRuns.index",
             runs.index,
             [P("seed", 0, "int"), P("scale", 1.0, "float")],
         ),
         Case(
-            "poison_dynamics.impulse_error",
+            "poisoning.dynamics.impulse_error",
             dyn.impulse_error,
             [P("runs", runs, "object"), P("length", 8, "int", True)],
         ),
         Case(
-            "poison_dynamics.relative_test_error",
+            "poisoning.dynamics.relative_test_error",
             dyn.relative_test_error,
             [
                 P("runs", mlp_runs, "object"),
@@ -1447,7 +1472,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "poison_dynamics.train_dynamics",
+            "poisoning.dynamics.train_dynamics",
             dyn.train_dynamics,
             [
                 P("setting", dataclasses.replace(setting, n_baseline=3, n_special=2), "object"),
@@ -1459,9 +1484,9 @@ def _own_cases() -> list[Case]:
             + [P("engine", "compiled", "choice", True)],
             examples=5,
         ),
-        # lib.viz
+        # lib.book.viz
         Case(
-            "viz.plot_loss",
+            "book.viz.plot_loss",
             lambda times, losses, logx: viz.plot_loss(ax(), times, losses, logx=logx),
             [
                 P("times", t(1.0, 2.0, 3.0), "tensor"),
@@ -1470,7 +1495,7 @@ def _own_cases() -> list[Case]:
             ],
         ),
         Case(
-            "viz.plot_impulse_responses",
+            "book.viz.plot_impulse_responses",
             lambda responses, kappa, colors=None, styles=None: viz.plot_impulse_responses(
                 ax(), responses, kappa=kappa, colors=colors, styles=styles),
             [P("responses", {"h": [1.0, 0.5]}, "object"), P("kappa", 2, "int"),
@@ -1480,7 +1505,7 @@ def _own_cases() -> list[Case]:
                  extra=[("not a format", {"h": "zz"}, "bad"), ("a number", {"h": 3}, "bad")])],
         ),
         Case(
-            "viz.Slider",
+            "book.viz.Slider",
             viz.Slider,
             [
                 P("lo", 0.1, "float"),
@@ -1489,9 +1514,9 @@ def _own_cases() -> list[Case]:
                 P("log", True, "bool"),
             ],
         ),
-        Case("viz.Choice", viz.Choice, [P("options", ("a", "b"), "object")]),
+        Case("book.viz.Choice", viz.Choice, [P("options", ("a", "b"), "object")]),
         Case(
-            "viz.table",
+            "book.viz.table",
             viz.table,
             [
                 P("headers", ["a", "b"], "seq"),
@@ -1514,7 +1539,7 @@ class _Timeout(Exception):
 
 def _raised_in_lib(error: BaseException) -> bool:
     frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and os.path.dirname(os.path.abspath(frames[-1].filename)) == LIB_DIR
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(LIB_DIR + os.sep)
 
 
 def classify(case: Case, name: str, value, cls: str, *, timeout: int = 20) -> tuple[str, str]:
@@ -1555,7 +1580,7 @@ def classify(case: Case, name: str, value, cls: str, *, timeout: int = 20) -> tu
 
 def declares_divergence(result) -> bool:
     """Whether an answer says it diverged: a trajectory (or runs) whose ``info["diverged"]`` is set
-    for some run (lib.flow's engines stop a run at a non-finite loss and record that)."""
+    for some run (lib.engine.flow's engines stop a run at a non-finite loss and record that)."""
     trajectory = getattr(result, "trajectory", result)
     info = getattr(trajectory, "info", None)
     if not isinstance(info, dict) or "diverged" not in info:

@@ -1,4 +1,4 @@
-"""Cases of :mod:`lib.authors_protocol` for the bad-input fuzz (``cases()``, see
+"""Cases of :mod:`lib.poisoning.authors_protocol` for the bad-input fuzz (``cases()``, see
 ``tests/api_cases.py``).
 
 Oracles: the authors' initialization is recomputed from its definition (one normal stream, C the
@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from api_cases import Arg, Case
 
-from lib import authors_protocol as ap
-from lib import poison_dynamics as pd
+from lib.poisoning import authors_protocol as ap
+from lib.poisoning import dynamics as pd
 
 P = Arg  # short
 DT = torch.float64
@@ -38,14 +38,14 @@ def _oracle_probability(result, values, paper_value, k=4, side="below", **_):
 def cases() -> list[Case]:
     short = pd.TABLE1_ROW2
     return [
-        Case("authors_protocol.authors_init", ap.authors_init,
+        Case("poisoning.authors_protocol.authors_init", ap.authors_init,
              [P("setting", short, "object"), P("seed", 3, "int")], oracle=_oracle_init),
-        Case("authors_protocol.train_authors", ap.train_authors,
+        Case("poisoning.authors_protocol.train_authors", ap.train_authors,
              [P("setting", short, "object"), P("seeds", [0], "seq"),
               P("special_scales", [None], "object", True), P("dtype", "float32", "choice", True),
               P("step_norm", "full", "choice", True), P("max_steps", 30, "int", True)],
              examples=4),
-        Case("authors_protocol.mean_of_k_probability", ap.mean_of_k_probability,
+        Case("poisoning.authors_protocol.mean_of_k_probability", ap.mean_of_k_probability,
              [P("values", torch.tensor([0.1, 0.4, 0.2, 0.9, 0.5], dtype=DT), "tensor"),
               P("paper_value", 0.33, "float"), P("k", 3, "int", True),
               P("side", "below", "choice", True), P("draws", 20_000, "int", True)],

@@ -1,9 +1,11 @@
 """Cases for the engine options and the compiled paths, and the public callables the main table
 of ``tests/api_cases.py`` does not name: the ``engine=`` alternative of every function that has
 one (the main table fuzzes each function through its default engine), the compiled descent of
-:mod:`lib.fast_nets`, the closed-form gradients of :mod:`lib.linear_nets` and
-:mod:`lib.relu_nets`, and the public methods of the classes of :mod:`lib.extrapolation` and
-:mod:`lib.poison_dynamics`.
+:mod:`lib.networks._linear_kernels`, the closed-form gradients of :mod:`lib.networks.linear_nets`
+and
+:mod:`lib.networks.relu_nets`, and the public methods of the classes of
+:mod:`lib.ssm.extrapolation` and
+:mod:`lib.poisoning.dynamics`.
 
 A case named ``module.function[engine=…]`` is a variant: it is fuzzed like the others, and does
 not count as the case of ``module.function`` (whose own case fuzzes the default engine).
@@ -17,8 +19,10 @@ import numpy as np
 import torch
 from api_cases import DT, Arg, Case, t
 
-from lib import extrapolation, fast_nets, linear_nets, poison, relu_nets
-from lib import poison_dynamics as dyn
+from lib.networks import linear_nets, relu_nets
+from lib.poisoning import dynamics as dyn
+from lib.poisoning import theorem1 as poison
+from lib.ssm import extrapolation
 
 P = Arg  # short
 
@@ -45,7 +49,7 @@ def _descent_field_case() -> Case:
         return extrapolation.train_adam(built, params, 1, lr=0.01, steps=4, record_every=2)
 
     return Case(
-        "extrapolation.DescentField",
+        "ssm.extrapolation.DescentField",
         call,
         [
             P("kind", "balanced", "choice"),
@@ -61,7 +65,7 @@ def _engine_cases() -> list[Case]:
     setting = dataclasses.replace(dyn.FIGURE2_SSM, n_baseline=3, n_special=2)
     return [
         Case(
-            "extrapolation.balanced_flow[engine=torch]",
+            "ssm.extrapolation.balanced_flow[engine=torch]",
             lambda w, k, params, time: extrapolation.balanced_flow(
                 w, k, params, time=time, points=3, engine="torch"
             ),
@@ -74,7 +78,7 @@ def _engine_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "extrapolation.train_adam[engine=torch]",
+            "ssm.extrapolation.train_adam[engine=torch]",
             lambda lr, steps, milestones, runs: extrapolation.train_adam(
                 extrapolation.balanced_descent_field(w, [3]),
                 {k: v.unsqueeze(0) for k, v in balanced.items()},
@@ -94,7 +98,7 @@ def _engine_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "poison.theorem1_flow[engine=torch]",
+            "poisoning.theorem1.theorem1_flow[engine=torch]",
             lambda a0, kappa, horizon: poison.theorem1_flow(
                 a0, kappa, poisoned=True, horizon=horizon, points=3, engine="torch"
             ),
@@ -106,7 +110,7 @@ def _engine_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "poison_dynamics.train_dynamics[engine=torch]",
+            "poisoning.dynamics.train_dynamics[engine=torch]",
             lambda setting, seeds, special_scales, max_steps, record_every: dyn.train_dynamics(
                 setting,
                 seeds,
@@ -135,17 +139,17 @@ def _class_method_cases() -> list[Case]:
     x = torch.linspace(-1, 1, 2 * setting.kappa, dtype=DT).reshape(2, setting.kappa)
     return [
         Case(
-            "extrapolation.GRUNet.forward",
+            "ssm.extrapolation.GRUNet.forward",
             gru.forward,
             [P("x", torch.linspace(-1, 1, 10, dtype=DT).reshape(2, 5), "tensor")],
         ),
         Case(
-            "poison_dynamics.DynamicsSetting.teacher_labels",
+            "poisoning.dynamics.DynamicsSetting.teacher_labels",
             setting.teacher_labels,
             [P("x", x, "tensor")],
         ),
         Case(
-            "poison_dynamics.DynamicsRuns.initial_gain",
+            "poisoning.dynamics.DynamicsRuns.initial_gain",
             mlp_runs.initial_gain,
             [P("r", 0, "int")],
         ),
@@ -156,8 +160,8 @@ def _gradient_cases() -> list[Case]:
     net, x, labels = _net_and_data()
     return [
         Case(
-            "fast_nets.cross_entropy_descent",
-            fast_nets.cross_entropy_descent,
+            "networks.linear_nets.cross_entropy_descent",
+            linear_nets.cross_entropy_descent,
             [
                 P("params", net, "params"),
                 P("x", x, "tensor"),
@@ -170,7 +174,7 @@ def _gradient_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "linear_nets.cross_entropy_gradient",
+            "networks.linear_nets.cross_entropy_gradient",
             linear_nets.cross_entropy_gradient,
             [
                 P("params", net, "params"),
@@ -180,15 +184,15 @@ def _gradient_cases() -> list[Case]:
             ],
         ),
         Case(
-            "relu_nets.relu_network_gradient",
+            "networks.relu_nets.relu_network_gradient",
             relu_nets.relu_network_gradient,
             [
                 P("weights", [torch.ones(2, 3, dtype=DT), torch.ones(1, 2, dtype=DT)], "seq"),
                 P("inputs", x, "tensor"),
                 P("head", _cross_entropy_head, "callable"),
             ],
-            # its docstring: an overflowing loss comes back as it is, for lib.flow's engines to
-            # flag the run (a gradient closure of cross_entropy_descent's reference engine)
+            # its docstring: an overflowing loss comes back as it is, for lib.engine.flow's engines
+            # to flag the run (a gradient closure of cross_entropy_descent's reference engine)
             overflow_passes=("head",),
         ),
     ]

@@ -1,4 +1,5 @@
-"""Cases of :mod:`lib.conv_nets` for the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
+"""Cases of :mod:`lib.networks.conv_nets` for the bad-input fuzz (``cases()``, see
+``tests/api_cases.py``).
 
 A small network (4×4 images, two channels, one hidden layer) keeps every call cheap. The oracles
 compare with PyTorch's own convolution (``torch.nn.functional.conv2d``) and with the explicit
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 from api_cases import Arg, Case
 
-from lib import conv_nets
+from lib.networks import conv_nets
 
 P = Arg  # short
 SIDE = 4
@@ -49,21 +50,21 @@ def cases() -> list[Case]:
     x = torch.linspace(-1, 1, 5 * SIDE * SIDE, dtype=torch.float64).reshape(5, SIDE * SIDE)
     labels = torch.tensor([0, 1, 2, 1, 0], dtype=torch.int64)
     return [
-        Case("conv_nets.cnn_init", conv_nets.cnn_init,
+        Case("networks.conv_nets.cnn_init", conv_nets.cnn_init,
              [P("seed", 0, "int"), P("side", SIDE, "int", True), P("channels", [2], "seq", True),
               P("hidden", [4], "seq", True), P("classes", 3, "int", True),
               P("kernel", 3, "int", True)]),
-        Case("conv_nets.cnn_output", conv_nets.cnn_output,
+        Case("networks.conv_nets.cnn_output", conv_nets.cnn_output,
              [P("params", net, "params"), P("x", x, "tensor")], oracle=_oracle_output),
-        Case("conv_nets.cnn_cross_entropy", conv_nets.cnn_cross_entropy,
+        Case("networks.conv_nets.cnn_cross_entropy", conv_nets.cnn_cross_entropy,
              [P("params", net, "params"), P("x", x, "tensor"), P("labels", labels, "tensor")],
              oracle=_oracle_loss),
-        Case("conv_nets.layer_matrices", conv_nets.layer_matrices,
+        Case("networks.conv_nets.layer_matrices", conv_nets.layer_matrices,
              [P("params", net, "params"), P("side", SIDE, "int")]),
-        Case("conv_nets.sharing_norms", conv_nets.sharing_norms,
+        Case("networks.conv_nets.sharing_norms", conv_nets.sharing_norms,
              [P("params", net, "params"), P("side", SIDE, "int")]),
-        Case("conv_nets.lemma23_bound", conv_nets.lemma23_bound,
+        Case("networks.conv_nets.lemma23_bound", conv_nets.lemma23_bound,
              [P("params", net, "params"), P("x", x, "tensor"), P("labels", labels, "tensor")]),
-        Case("conv_nets.norm_differences", conv_nets.norm_differences,
+        Case("networks.conv_nets.norm_differences", conv_nets.norm_differences,
              [P("params", net, "params")]),
     ]

@@ -1,4 +1,5 @@
-"""Cases of :mod:`lib.escape_dynamics` for the bad-input fuzz (``cases()``, ``tests/api_cases.py``).
+"""Cases of :mod:`lib.networks.escape_dynamics` for the bad-input fuzz (``cases()``,
+``tests/api_cases.py``).
 
 The oracles recompute the answer independently, in plain numpy, point by point: the outputs'
 cosine, the per-neuron balance, the end of the first plateau.
@@ -10,15 +11,17 @@ import numpy as np
 import torch
 from api_cases import Arg, Case
 
-from lib import escape_dynamics as ed
-from lib import saddles
+from lib.networks import escape_dynamics as ed
+from lib.networks import saddles
 
 P = Arg  # short
 DT = torch.float64
 RECORDS = {
-    "escape_dynamics.DirectionFlow": "the record limit_direction_flow returns; its method checks "
+    "networks.escape_dynamics.DirectionFlow": "the record limit_direction_flow returns; its method "
+                                              "checks "
     "its argument (case DirectionFlow.direction)",
-    "escape_dynamics.BalanceDrift": "the record balance_drift returns; every reader is the chapter",
+    "networks.escape_dynamics.BalanceDrift": "the record balance_drift returns; every reader is "
+                                             "the chapter",
 }
 
 
@@ -93,30 +96,30 @@ def cases() -> list[Case]:
     run = saddles.saddle_to_saddle_run(x_ce, labels, depth=3, width=4, init_scale=0.5, eta0=0.5,
                                        steps=4, seed=0, record_every=2)  # fmt: skip
     return [
-        Case("escape_dynamics.on_sphere", ed.on_sphere, [P("weights", other, "seq")]),
+        Case("networks.escape_dynamics.on_sphere", ed.on_sphere, [P("weights", other, "seq")]),
         Case(
-            "escape_dynamics.output_cosine",
+            "networks.escape_dynamics.output_cosine",
             ed.output_cosine,
             [P("weights", other, "seq"), P("reference", rho, "seq"), P("X", X, "tensor")],
             oracle=_oracle_output_cosine,
         ),
         Case(
-            "escape_dynamics.escape_residual",
+            "networks.escape_dynamics.escape_residual",
             ed.escape_residual,
             [P("weights", other, "seq"), *data],
         ),
         Case(
-            "escape_dynamics.compare_directions",
+            "networks.escape_dynamics.compare_directions",
             ed.compare_directions,
             [P("weights", other, "seq"), P("reference", rho, "seq"), *data],
         ),
         Case(
-            "escape_dynamics.trajectory_weights",
+            "networks.escape_dynamics.trajectory_weights",
             ed.trajectory_weights,
             [P("run", run, "object"), P("index", 1, "int")],
         ),
         Case(
-            "escape_dynamics.plateau_exit",
+            "networks.escape_dynamics.plateau_exit",
             ed.plateau_exit,
             [
                 P("losses", torch.tensor([2.3, 2.3, 2.2, 1.0], dtype=DT), "tensor"),
@@ -126,7 +129,7 @@ def cases() -> list[Case]:
             oracle=_oracle_plateau_exit,
         ),
         Case(
-            "escape_dynamics.limit_direction_flow",
+            "networks.escape_dynamics.limit_direction_flow",
             ed.limit_direction_flow,
             [
                 P("weights", other, "seq"),
@@ -137,15 +140,16 @@ def cases() -> list[Case]:
             ],
             examples=6,
         ),
-        Case("escape_dynamics.DirectionFlow.direction", flow.direction, [P("index", 1, "int")]),
+        Case("networks.escape_dynamics.DirectionFlow.direction", flow.direction, [P("index", 1,
+            "int")]),
         Case(
-            "escape_dynamics.weak_balance",
+            "networks.escape_dynamics.weak_balance",
             ed.weak_balance,
             [P("weights", net, "seq")],
             oracle=_oracle_weak_balance,
         ),
         Case(
-            "escape_dynamics.balance_drift",
+            "networks.escape_dynamics.balance_drift",
             ed.balance_drift,
             [
                 P("weights", net, "seq"),

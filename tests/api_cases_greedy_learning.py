@@ -1,5 +1,5 @@
-"""Cases of :mod:`lib.keras_streams` and :mod:`lib.greedy_learning` for the bad-input fuzz
-(``cases()``, see ``tests/api_cases.py``).
+"""Cases of :mod:`lib.poisoning.keras_streams` and :mod:`lib.poisoning.greedy_learning` for the
+bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
 
 Oracles: Philox4x32 against a plain re-computation of its rounds; the stateless normal stream
 against its own prefix property; the teacher's labels against the impulse response summed by hand.
@@ -13,13 +13,14 @@ import numpy as np
 import torch
 from api_cases import DT, Arg, Case
 
-from lib import greedy_learning as gl
-from lib import keras_streams as ks
+from lib.poisoning import greedy_learning as gl
+from lib.poisoning import keras_streams as ks
 
 P = Arg  # short
 
 RECORDS = {
-    "greedy_learning.GreedyRuns": "the record train_greedy returns; its methods check their "
+    "poisoning.greedy_learning.GreedyRuns": "the record train_greedy returns; its methods check "
+                                            "their "
     "arguments (cases GreedyRuns.index, .active, .magnitudes, .effective_ranks, .gamma0, "
     ".escape_iteration)",
 }
@@ -52,27 +53,27 @@ def cases() -> list[Case]:
     runs = gl.train_greedy(trained, [0], max_steps=6, record_every=2)
     x = torch.linspace(-1, 1, 12, dtype=DT).reshape(2, 6)
     return [
-        Case("keras_streams.philox4x32", ks.philox4x32,
+        Case("poisoning.keras_streams.philox4x32", ks.philox4x32,
              [P("counter", (1, 2, 3, 4), "seq"), P("key", (5, 6), "seq")], oracle=_oracle_philox),
-        Case("keras_streams.stateless_normal", ks.stateless_normal,
+        Case("poisoning.keras_streams.stateless_normal", ks.stateless_normal,
              [P("count", 6, "int"), P("seed", 3, "int")], oracle=_oracle_normal),
         Case(
-            "greedy_learning.GreedySetting",
+            "poisoning.greedy_learning.GreedySetting",
             lambda d, kappa, sd_a, step_norm, fixed_bc: dataclasses.replace(
                 small, d=d, kappa=kappa, sd_a=sd_a, step_norm=step_norm, fixed_bc=fixed_bc),
             [P("d", 10, "int"), P("kappa", 6, "int"), P("sd_a", 0.01, "float"),
              P("step_norm", "authors", "choice"), P("fixed_bc", True, "bool")],
         ),
-        Case("greedy_learning.GreedySetting.teacher_labels", small.teacher_labels,
+        Case("poisoning.greedy_learning.GreedySetting.teacher_labels", small.teacher_labels,
              [P("x", x, "tensor")], oracle=_oracle_labels),
-        Case("greedy_learning.greedy_init", gl.greedy_init,
+        Case("poisoning.greedy_learning.greedy_init", gl.greedy_init,
              [P("setting", small, "object"), P("seed", 0, "int"),
               P("streams", "authors", "choice", True)]),
-        Case("greedy_learning.greedy_data", gl.greedy_data,
+        Case("poisoning.greedy_learning.greedy_data", gl.greedy_data,
              [P("setting", small, "object"), P("seed", 0, "int"),
               P("special_scale", 0.5, "float", True), P("streams", "book", "choice", True)]),
         Case(
-            "greedy_learning.train_greedy", gl.train_greedy,
+            "poisoning.greedy_learning.train_greedy", gl.train_greedy,
             [P("setting", small, "object"), P("seeds", [0], "seq"),
              P("special_scales", [None, 1.0], "seq", True), P("streams", "book", "choice", True),
              P("max_steps", 4, "int", True), P("record_every", 2, "int", True),
@@ -80,19 +81,20 @@ def cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "greedy_learning.train_greedy[engine=numpy]",
+            "poisoning.greedy_learning.train_greedy[engine=numpy]",
             lambda setting, seeds, max_steps: gl.train_greedy(
                 setting, seeds, max_steps=max_steps, record_every=1, engine="numpy"),
             [P("setting", trained, "object"), P("seeds", [0], "seq"), P("max_steps", 3, "int")],
             examples=5,
         ),
-        Case("greedy_learning.GreedyRuns.index", runs.index,
+        Case("poisoning.greedy_learning.GreedyRuns.index", runs.index,
              [P("seed", 0, "int"), P("scale", 1.0, "float")]),
-        Case("greedy_learning.GreedyRuns.active", runs.active, [P("r", 0, "int")]),
-        Case("greedy_learning.GreedyRuns.magnitudes", runs.magnitudes, [P("r", 1, "int")]),
-        Case("greedy_learning.GreedyRuns.effective_ranks", runs.effective_ranks,
+        Case("poisoning.greedy_learning.GreedyRuns.active", runs.active, [P("r", 0, "int")]),
+        Case("poisoning.greedy_learning.GreedyRuns.magnitudes", runs.magnitudes, [P("r", 1,
+            "int")]),
+        Case("poisoning.greedy_learning.GreedyRuns.effective_ranks", runs.effective_ranks,
              [P("r", 0, "int")]),
-        Case("greedy_learning.GreedyRuns.gamma0", runs.gamma0, [P("r", 1, "int")]),
-        Case("greedy_learning.GreedyRuns.escape_iteration", runs.escape_iteration,
+        Case("poisoning.greedy_learning.GreedyRuns.gamma0", runs.gamma0, [P("r", 1, "int")]),
+        Case("poisoning.greedy_learning.GreedyRuns.escape_iteration", runs.escape_iteration,
              [P("r", 1, "int"), P("rank", 1, "int", True), P("level", 0.01, "float", True)]),
     ]  # fmt: skip

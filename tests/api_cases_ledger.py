@@ -1,4 +1,4 @@
-"""Cases of :mod:`lib.ledger` for the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
+"""Cases of :mod:`lib.book.ledger` for the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
 
 Every case writes into its own temporary ledger folder (``BOOK_LEDGER_DIR``), never into the
 book's ``_build/ledger``. The oracles recompute a status from the rule of the module's docstring
@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from api_cases import Arg, Case
 
-from lib import ledger
+from lib.book import ledger
 
 P = Arg  # short
 PAPER = "slutzky2025implicit"
 _DIR = Path(tempfile.mkdtemp(prefix="ledger-cases-"))  # the chapters' files, as they execute
-_SAVED = Path(tempfile.mkdtemp(prefix="ledger-saved-")) / "ledger.json"  # a committed ledger
+_SAVED = Path(tempfile.mkdtemp(prefix="ledger-saved-")) / "book.ledger.json"  # a committed ledger
 
 
 def _in_temp(function):
@@ -140,7 +140,7 @@ def cases() -> list[Case]:
     seeds = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.25, 0.35], dtype=torch.float64)
     return [
         Case(
-            "ledger.record",
+            "book.ledger.record",
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
              P("paper_value", 0.2, "float"), P("ours", seeds, "tensor"),
@@ -149,7 +149,7 @@ def cases() -> list[Case]:
             oracle=_oracle_record,
         ),
         Case(
-            "ledger.record.mean",
+            "book.ledger.record.mean",
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
              P("paper_value", 0.2, "float"), P("ours", seeds, "tensor"),
@@ -158,7 +158,7 @@ def cases() -> list[Case]:
             oracle=_oracle_record,
         ),
         Case(
-            "ledger.record.exact",
+            "book.ledger.record.exact",
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Table 1", "text"),
              P("paper_value", 1.27e-3, "float"), P("ours", 1.2712e-3, "float"),
@@ -167,7 +167,7 @@ def cases() -> list[Case]:
             oracle=_oracle_record,
         ),
         Case(
-            "ledger.record.weak",
+            "book.ledger.record.weak",
             _record,
             [P("key", "row", "text"), P("paper", PAPER, "choice"), P("item", "Figure 3", "text"),
              P("paper_value", 0.3, "float"), P("ours", 0.31, "float"),
@@ -176,7 +176,7 @@ def cases() -> list[Case]:
             oracle=_oracle_record,
         ),
         Case(
-            "ledger.check",
+            "book.ledger.check",
             _check,
             [P("key", "thm", "text"), P("paper", PAPER, "choice"),
              P("statement", "Theorem 2, limit as t -> inf", "text"), P("predicted", 0.0, "float"),
@@ -184,30 +184,30 @@ def cases() -> list[Case]:
              P("in_hypotheses", True, "bool", True)],
             oracle=_oracle_check,
         ),
-        Case("ledger.verdict", _verdict, [P("key", "row", "text")]),
-        Case("ledger.recorded", _recorded, [P("keys", ["row", "exact"], "object")],
+        Case("book.ledger.verdict", _verdict, [P("key", "row", "text")]),
+        Case("book.ledger.recorded", _recorded, [P("keys", ["row", "exact"], "object")],
              oracle=_oracle_recorded),
-        Case("ledger.tally", ledger.tally,
+        Case("book.ledger.tally", ledger.tally,
              [P("entries", list(next(iter(committed.values())).values()), "object")],
              oracle=_oracle_tally),
         Case(
-            "ledger.subset_statistics",
+            "book.ledger.subset_statistics",
             ledger.subset_statistics,
             [P("values", seeds, "tensor"), P("k", 3, "int"), P("stat", "median", "choice"),
              P("max_subsets", 1000, "int", True), P("seed", 1, "int", True)],
             oracle=_oracle_subsets,
         ),
-        Case("ledger.rule_problems", ledger.rule_problems, [P("ledger", committed, "object")]),
-        Case("ledger.start", _in_temp(ledger.start), [P("chapter", "fuzz-chapter", "text")]),
-        Case("ledger.collect", _in_temp(ledger.collect), [P("directory", str(_DIR), "text")]),
-        Case("ledger.compare", ledger.compare,
+        Case("book.ledger.rule_problems", ledger.rule_problems, [P("ledger", committed, "object")]),
+        Case("book.ledger.start", _in_temp(ledger.start), [P("chapter", "fuzz-chapter", "text")]),
+        Case("book.ledger.collect", _in_temp(ledger.collect), [P("directory", str(_DIR), "text")]),
+        Case("book.ledger.compare", ledger.compare,
              [P("fresh", run, "object"), P("committed", committed, "object")]),
-        Case("ledger.page_markdown", ledger.page_markdown, [P("ledger", committed, "object")]),
-        Case("ledger.load", ledger.load, [P("path", str(_SAVED), "text")]),
-        Case("ledger.save", ledger.save,
+        Case("book.ledger.page_markdown", ledger.page_markdown, [P("ledger", committed, "object")]),
+        Case("book.ledger.load", ledger.load, [P("path", str(_SAVED), "text")]),
+        Case("book.ledger.save", ledger.save,
              [P("chapters", run, "object"), P("path", str(_SAVED), "text")]),
         # malformed files: the error names the file (added by the bad-input fuzz)
-        Case("ledger.load (malformed files)", ledger.load, [P("path", str(_SAVED), "file")]),
-        Case("ledger.collect (malformed files)", _in_temp(ledger.collect),
+        Case("book.ledger.load (malformed files)", ledger.load, [P("path", str(_SAVED), "file")]),
+        Case("book.ledger.collect (malformed files)", _in_temp(ledger.collect),
              [P("directory", str(_DIR), "folder")]),
     ]

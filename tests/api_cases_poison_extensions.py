@@ -1,10 +1,10 @@
-"""Cases of :mod:`lib.poison_extensions` for the bad-input fuzz (``cases()``, see
+"""Cases of :mod:`lib.poisoning.appendix_a` for the bad-input fuzz (``cases()``, see
 ``tests/api_cases.py``).
 
 Oracles check what each answer must satisfy, computed independently: the App. A teacher's impulse
 response is (d, 1, 1, …) by direct powers; the copies' labels are p_i and q_j (the teacher of
 Assumption 1 maps e_l, l ≤ κ − 2, and e_{κ−1} to 1) and their rows the scaled unit impulses; a
-gradient flow never raises the loss, which is recomputed from the final state by lib.ssm.
+gradient flow never raises the loss, which is recomputed from the final state by lib.ssm.diagonal.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from api_cases import Arg, Case
 
-from lib import poison_extensions as ext
-from lib import ssm
+from lib.poisoning import appendix_a as ext
+from lib.ssm import diagonal as ssm
 
 P = Arg  # short
 DT = torch.float64
@@ -50,13 +50,13 @@ def _oracle_flow(result, a0, b0, c0, x, y, **_):
 def cases() -> list[Case]:
     x = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=DT)
     return [
-        Case("poison_extensions.appendix_a_teacher", ext.appendix_a_teacher,
+        Case("poisoning.appendix_a.appendix_a_teacher", ext.appendix_a_teacher,
              [P("d", 6, "int"), P("d_star", 3, "int")], oracle=_oracle_teacher),
-        Case("poison_extensions.scaled_copies_set", ext.scaled_copies_set,
+        Case("poisoning.appendix_a.scaled_copies_set", ext.scaled_copies_set,
              [P("d", 5, "int"), P("kappa", 6, "int"), P("p", [3.0, -1.0], "seq"),
               P("q", [1.0, 2.0], "seq"), P("position", 2, "int", True)],
              oracle=_oracle_copies),
-        Case("poison_extensions.ssm_flow", ext.ssm_flow,
+        Case("poisoning.appendix_a.ssm_flow", ext.ssm_flow,
              [P("a0", torch.tensor([0.3, 0.1], dtype=DT), "tensor"),
               P("b0", torch.tensor([1.0, 1.0], dtype=DT), "tensor"),
               P("c0", torch.tensor([1.0, 0.5], dtype=DT), "tensor"),

@@ -1,9 +1,9 @@
-"""Cases of :mod:`lib.extrapolation_protocols` and :mod:`lib.gru_students` for the bad-input fuzz
-(``cases()``, see ``tests/api_cases.py``).
+"""Cases of :mod:`lib.ssm.extrapolation_protocols` and :mod:`lib.ssm.gru_students` for the
+bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
 
-Results that are records (:class:`~lib.extrapolation_protocols.StudentRuns`,
-:class:`~lib.gru_students.GRUBatch`) are unpacked into tuples of tensors, so that the fuzz compares
-and checks their numbers. Oracles recompute an answer independently where one is cheap.
+Results that are records (:class:`~lib.ssm.extrapolation_protocols.StudentRuns`,
+:class:`~lib.ssm.gru_students.GRUBatch`) are unpacked into tuples of tensors, so that the fuzz
+compares and checks their numbers. Oracles recompute an answer independently where one is cheap.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import numpy as np
 import torch
 from api_cases import Arg, Case, same, t
 
-from lib import extrapolation as ex
-from lib import extrapolation_protocols as xp
-from lib import gru_students as gs
+from lib.ssm import extrapolation as ex
+from lib.ssm import extrapolation_protocols as xp
+from lib.ssm import gru_students as gs
 
 DT = torch.float64
 P = Arg  # short
 
 RECORDS = {
-    "extrapolation_protocols.StudentRuns": "the record train_students returns; nothing in lib "
+    "ssm.extrapolation_protocols.StudentRuns": "the record train_students returns; nothing in lib "
     "reads one",
-    "gru_students.GRUBatch": "R GRUs' weights, built by gru_init and the trainers; outputs() "
+    "ssm.gru_students.GRUBatch": "R GRUs' weights, built by gru_init and the trainers; outputs() "
     "checks its input (case GRUBatch.outputs)",
 }
 
@@ -55,21 +55,21 @@ def _oracle_responses(result, kind, params, length) -> bool:
 
 def cases() -> list[Case]:
     return [
-        Case("extrapolation_protocols.paper_balanced_teacher", xp.paper_balanced_teacher,
+        Case("ssm.extrapolation_protocols.paper_balanced_teacher", xp.paper_balanced_teacher,
              [P("d_hat", 5, "int"), P("seed", 0, "int")]),
-        Case("extrapolation_protocols.random_unbalanced_teacher", xp.random_unbalanced_teacher,
+        Case("ssm.extrapolation_protocols.random_unbalanced_teacher", xp.random_unbalanced_teacher,
              [P("d_hat", 4, "int"), P("seed", 0, "int")]),
-        Case("extrapolation_protocols.accumulating_loss", xp.accumulating_loss,
+        Case("ssm.extrapolation_protocols.accumulating_loss", xp.accumulating_loss,
              [P("h", t(0.5, 0.2, 0.1), "tensor"), P("w", t(1.0, 0.0, 0.3), "tensor"),
               P("k", 3, "int")], oracle=_oracle_accumulating),
-        Case("extrapolation_protocols.impulse_responses", xp.impulse_responses,
+        Case("ssm.extrapolation_protocols.impulse_responses", xp.impulse_responses,
              [P("kind", "balanced", "choice"), P("params", _BALANCED, "params"),
               P("length", 4, "int")], oracle=_oracle_responses),
-        Case("extrapolation_protocols.tail_errors", xp.tail_errors,
+        Case("ssm.extrapolation_protocols.tail_errors", xp.tail_errors,
              [P("kind", "balanced", "choice"), P("params", _BALANCED, "params"),
               P("w", _W, "tensor"), P("ks", [3], "seq")]),
         Case(
-            "extrapolation_protocols.train_students",
+            "ssm.extrapolation_protocols.train_students",
             lambda kind, w, ks, params, loss="empirical", lr=1e-2, steps=20, milestones=(5,),
             batch=4, patience=10: _runs(xp.train_students(
                 kind, w, ks, params, loss=loss, lr=lr, steps=steps, milestones=milestones,
@@ -81,16 +81,16 @@ def cases() -> list[Case]:
              P("patience", 10, "int", True)],
             examples=6,
         ),
-        Case("gru_students.gru_init", lambda width, seeds, scale=0.5, dtype="float64",
+        Case("ssm.gru_students.gru_init", lambda width, seeds, scale=0.5, dtype="float64",
              device="cpu": _batch(gs.gru_init(width, seeds, scale=scale, dtype=dtype,
                                                device=device)),
              [P("width", 2, "int"), P("seeds", [0, 1], "seq"), P("scale", 0.5, "float", True),
               P("dtype", "float32", "choice", True), P("device", "cpu", "device", True)]),
-        Case("gru_students.GRUBatch.outputs", lambda x: _NET.outputs(x),
+        Case("ssm.gru_students.GRUBatch.outputs", lambda x: _NET.outputs(x),
              [P("x", torch.ones(1, 2, 3, dtype=DT) * 0.5, "tensor")]),
-        Case("gru_students.select", lambda runs: _batch(gs.select(_NET, runs)),
+        Case("ssm.gru_students.select", lambda runs: _batch(gs.select(_NET, runs)),
              [P("runs", [0, 0], "seq")]),
-        Case("gru_students.train_gru_teachers",
+        Case("ssm.gru_students.train_gru_teachers",
              lambda width, target, seeds, steps=2, lr=1e-2, dtype="float64", device="cpu":
              _batch(gs.train_gru_teachers(width, target, seeds, steps=steps, lr=lr, dtype=dtype,
                                           device=device)),
@@ -98,7 +98,7 @@ def cases() -> list[Case]:
               P("seeds", [0], "seq"), P("steps", 2, "int", True), P("lr", 1e-2, "float", True),
               P("dtype", "float32", "choice", True), P("device", "cpu", "device", True)],
              examples=5),
-        Case("gru_students.train_gru_students",
+        Case("ssm.gru_students.train_gru_students",
              lambda ks, seeds, width=2, max_steps=3, batch=2, lr=1e-3: _batch(
                  gs.train_gru_students(_NET, ks, width=width, seeds=seeds, n_train=4, n_val=2,
                                        batch=batch, max_steps=max_steps, check_every=1,
@@ -107,7 +107,7 @@ def cases() -> list[Case]:
               P("max_steps", 3, "int", True), P("batch", 2, "int", True),
               P("lr", 1e-3, "float", True)],
              examples=5),
-        Case("gru_students.gru_tail_errors",
+        Case("ssm.gru_students.gru_tail_errors",
              lambda ks, length=4, n=5: gs.gru_tail_errors(_NET, _NET, ks, length=length, n=n),
              [P("ks", [2], "seq"), P("length", 4, "int", True), P("n", 5, "int", True)]),
     ]

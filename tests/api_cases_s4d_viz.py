@@ -1,5 +1,5 @@
 """Cases of the S4D victim, the gradient-matching attack, the MLP control, the data loaders, the
-committed results and the plots and widgets of :mod:`lib.viz` (see ``tests/api_cases.py``).
+committed results and the plots and widgets of :mod:`lib.book.viz` (see ``tests/api_cases.py``).
 
 Every case is one small valid call (a network of two channels, sequences of a few steps, a
 one-step attack) so that the fuzz test and ``benchmarks/bad_inputs.py`` can try each bad input
@@ -22,8 +22,11 @@ import numpy as np
 import torch
 from api_cases import Arg, Case, axes, same
 
-from lib import data, mlp_victim, results, s4d, s4d_ops, viz
-from lib import gradient_matching as gm
+from lib.book import data, results, viz
+from lib.poisoning import gradient_matching as gm
+from lib.poisoning import mlp_victim
+from lib.ssm import _s4d_kernels as s4d_ops
+from lib.ssm import s4d
 
 DT = torch.float64
 P = Arg
@@ -207,7 +210,7 @@ def _constant_cifar_folder() -> str:
 
 
 def _in_tmp_results(fn):
-    """``fn`` with lib.results writing into a temporary folder (never into book/results)."""
+    """``fn`` with lib.book.results writing into a temporary folder (never into book/results)."""
 
     def call(*args, **kwargs):
         saved, results.RESULTS_DIR = results.RESULTS_DIR, _tmp() / "results"
@@ -220,7 +223,7 @@ def _in_tmp_results(fn):
 
 
 def _glue(name, value):
-    """results.glue with myst-nb's glue replaced by a no-op (there is no notebook here)."""
+    """book.results.glue with myst-nb's glue replaced by a no-op (there is no notebook here)."""
     import myst_nb
 
     saved, myst_nb.glue = myst_nb.glue, lambda *args, **kwargs: None
@@ -231,7 +234,7 @@ def _glue(name, value):
 
 
 def _device(name):
-    """s4d.compute_device under BOOK_DEVICE = str(name) (an environment variable is text)."""
+    """ssm.s4d.compute_device under BOOK_DEVICE = str(name) (an environment variable is text)."""
     saved = os.environ.get("BOOK_DEVICE")
     os.environ["BOOK_DEVICE"] = str(name)
     try:
@@ -260,7 +263,7 @@ def _plotted(fn):
 
 
 def _explore(fn, alt, frames, figsize, a, shape):
-    """viz.explore in test mode (one frame at the defaults), its figures closed afterwards."""
+    """book.viz.explore in test mode (one frame at the defaults), its figures closed afterwards."""
     import matplotlib.pyplot as plt
 
     saved = os.environ.get("BOOK_MODE")
@@ -301,7 +304,7 @@ def _s4d_cases() -> list[Case]:
     x3 = x[:3]
     return [
         Case(
-            "s4d.S4DConfig",
+            "ssm.s4d.S4DConfig",
             s4d.S4DConfig,
             [
                 P("channels", 2, "int", True),
@@ -315,7 +318,7 @@ def _s4d_cases() -> list[Case]:
             ],
         ),
         Case(
-            "s4d.TrainConfig",
+            "ssm.s4d.TrainConfig",
             s4d.TrainConfig,
             [
                 P("epochs", 1, "int", True),
@@ -324,26 +327,26 @@ def _s4d_cases() -> list[Case]:
                 P("weight_decay", 0.01, "float", True),
             ],
         ),
-        Case("s4d.compute_device", _device, [P("name", "cpu", "device")]),
+        Case("ssm.s4d.compute_device", _device, [P("name", "cpu", "device")]),
         Case(
-            "s4d.init_params",
+            "ssm.s4d.init_params",
             s4d.init_params,
             [P("config", S4D_TINY, "object"), P("seeds", [0, 1], "seq")],
         ),
         Case(
-            "s4d.s4d_kernel",
+            "ssm.s4d.s4d_kernel",
             s4d.s4d_kernel,
             [P(k, v, "tensor") for k, v in layer.items()] + [P("length", 5, "int")],
             oracle=_oracle_kernel,
         ),
         Case(
-            "s4d.toeplitz",
+            "ssm.s4d.toeplitz",
             s4d.toeplitz,
             [P("kernel", torch.randn(2, 4, generator=g, dtype=DT), "tensor")],
             oracle=_oracle_toeplitz,
         ),
         Case(
-            "s4d.fft_convolve",
+            "ssm.s4d.fft_convolve",
             s4d.fft_convolve,
             [
                 P("kernel", torch.randn(2, 4, generator=g, dtype=DT), "tensor"),
@@ -352,7 +355,7 @@ def _s4d_cases() -> list[Case]:
             oracle=_oracle_fft,
         ),
         Case(
-            "s4d.logits",
+            "ssm.s4d.logits",
             s4d.logits,
             [
                 P("params", params, "params"),
@@ -361,7 +364,7 @@ def _s4d_cases() -> list[Case]:
             ],
         ),
         Case(
-            "s4d.logits[fft]",
+            "ssm.s4d.logits[fft]",
             s4d.logits,
             [
                 P("params", params, "params"),
@@ -372,12 +375,12 @@ def _s4d_cases() -> list[Case]:
         Case(
             # the victim's own precision (x is converted to it); the parameters as an "object"
             # (float32 cannot hold the catalogue's 1e300 entries), so only their type is fuzzed
-            "s4d.logits[float32]",
+            "ssm.s4d.logits[float32]",
             s4d.logits,
             [P("params", s4d.init_params(S4D_TINY, [0]), "object"), P("x", x3, "tensor")],
         ),
         Case(
-            "s4d.per_run_loss",
+            "ssm.s4d.per_run_loss",
             s4d.per_run_loss,
             [
                 P("params", params, "params"),
@@ -386,7 +389,7 @@ def _s4d_cases() -> list[Case]:
             ],
         ),
         Case(
-            "s4d.train",
+            "ssm.s4d.train",
             s4d.train,
             [
                 P("config", S4D_TINY, "object"),
@@ -399,16 +402,17 @@ def _s4d_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "s4d.predict",
+            "ssm.s4d.predict",
             s4d.predict,
             [P("params", params, "params"), P("x", x, "tensor"), P("batch", 4, "int", True)],
         ),
         Case(
-            "s4d.accuracy",
+            "ssm.s4d.accuracy",
             s4d.accuracy,
             [P("params", params, "params"), P("x", x, "tensor"), P("labels", y, "tensor")],
         ),
-        Case("s4d.select_run", s4d.select_run, [P("params", params, "params"), P("run", 0, "int")]),
+        Case("ssm.s4d.select_run", s4d.select_run, [P("params", params, "params"), P("run", 0,
+            "int")]),
     ]
 
 
@@ -416,19 +420,19 @@ def _s4d_ops_cases() -> list[Case]:
     g = torch.Generator().manual_seed(2)
     return [
         Case(
-            "s4d_ops.toeplitz",
+            "ssm._s4d_kernels.toeplitz",
             s4d_ops.toeplitz,
             [P("kernel", torch.randn(2, 5, generator=g, dtype=DT), "tensor")],
             oracle=_oracle_toeplitz,
         ),
         Case(
-            "s4d_ops.channel_layer_norm",
+            "ssm._s4d_kernels.channel_layer_norm",
             s4d_ops.channel_layer_norm,
             [P("z", torch.randn(2, 3, 4, generator=g, dtype=DT), "tensor")],
             oracle=_oracle_layer_norm,
         ),
         Case(
-            "s4d_ops.gelu",
+            "ssm._s4d_kernels.gelu",
             s4d_ops.gelu,
             [P("y", torch.randn(2, 3, generator=g, dtype=DT), "tensor")],
             oracle=_oracle_gelu,
@@ -444,7 +448,7 @@ def _gradient_matching_cases() -> list[Case]:
     index, delta = brewed.poison_index, brewed.delta
     return [
         Case(
-            "gradient_matching.Victim",
+            "poisoning.gradient_matching.Victim",
             gm.Victim,
             [
                 P("name", "S4D", "text"),
@@ -455,7 +459,7 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.Victim.per_run_loss",
+            "poisoning.gradient_matching.Victim.per_run_loss",
             victim.per_run_loss,
             [
                 P("params", params, "params"),
@@ -464,13 +468,13 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.s4d_victim",
+            "poisoning.gradient_matching.s4d_victim",
             gm.s4d_victim,
             [P("config", S4D_TINY, "object"), P("train_config", S4D_TRAIN, "object")],
         ),
-        Case("gradient_matching.runs_of", gm.runs_of, [P("params", params, "params")]),
+        Case("poisoning.gradient_matching.runs_of", gm.runs_of, [P("params", params, "params")]),
         Case(
-            "gradient_matching.AttackConfig",
+            "poisoning.gradient_matching.AttackConfig",
             gm.AttackConfig,
             [
                 P("steps", 2, "int", True),
@@ -481,7 +485,7 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.Brew",
+            "poisoning.gradient_matching.Brew",
             gm.Brew,
             [
                 P("poison_index", brewed.poison_index, "tensor"),
@@ -493,19 +497,19 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.row_weights",
+            "poisoning.gradient_matching.row_weights",
             gm.row_weights,
             [P("length", 8, "int"), P("row_length", 4, "int")],
             oracle=_oracle_row_weights,
         ),
         Case(
-            "gradient_matching.last_elements_rel_size",
+            "poisoning.gradient_matching.last_elements_rel_size",
             gm.last_elements_rel_size,
             [P("delta", delta, "tensor"), P("last", 2, "int")],
             oracle=_oracle_rel_size,
         ),
         Case(
-            "gradient_matching.choose_poisons",
+            "poisoning.gradient_matching.choose_poisons",
             gm.choose_poisons,
             [
                 P("y_train", y, "tensor"),
@@ -515,7 +519,7 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.matching_loss",
+            "poisoning.gradient_matching.matching_loss",
             gm.matching_loss,
             [
                 P("surrogate", params, "params"),
@@ -527,7 +531,7 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.brew",
+            "poisoning.gradient_matching.brew",
             gm.brew,
             [
                 P("surrogate", params, "params"),
@@ -547,7 +551,7 @@ def _gradient_matching_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "gradient_matching.random_perturbations",
+            "poisoning.gradient_matching.random_perturbations",
             gm.random_perturbations,
             [
                 P("base", x[index], "tensor"),
@@ -558,7 +562,7 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.poisoned_sets",
+            "poisoning.gradient_matching.poisoned_sets",
             gm.poisoned_sets,
             [
                 P("x_train", x, "tensor"),
@@ -568,12 +572,12 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.wilson_interval",
+            "poisoning.gradient_matching.wilson_interval",
             gm.wilson_interval,
             [P("successes", 2, "int"), P("trials", 8, "int"), P("z", 1.96, "float")],
         ),
         Case(
-            "gradient_matching.wilson_by_target",
+            "poisoning.gradient_matching.wilson_by_target",
             gm.wilson_by_target,
             [
                 P("success", [1, 0, 1, 1], "seq"),
@@ -582,7 +586,7 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
-            "gradient_matching.retrain",
+            "poisoning.gradient_matching.retrain",
             gm.retrain,
             [
                 P("victim", _mlp_victim(), "object"),
@@ -595,7 +599,7 @@ def _gradient_matching_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "gradient_matching.target_outcome",
+            "poisoning.gradient_matching.target_outcome",
             gm.target_outcome,
             [
                 P("victim", victim, "object"),
@@ -614,7 +618,7 @@ def _mlp_cases() -> list[Case]:
     params = _mlp_params()
     return [
         Case(
-            "mlp_victim.MLPConfig",
+            "poisoning.mlp_victim.MLPConfig",
             mlp_victim.MLPConfig,
             [
                 P("inputs", 8, "int", True),
@@ -623,7 +627,7 @@ def _mlp_cases() -> list[Case]:
             ],
         ),
         Case(
-            "mlp_victim.TrainConfig",
+            "poisoning.mlp_victim.TrainConfig",
             mlp_victim.TrainConfig,
             [
                 P("epochs", 1, "int", True),
@@ -633,17 +637,17 @@ def _mlp_cases() -> list[Case]:
             ],
         ),
         Case(
-            "mlp_victim.init_params",
+            "poisoning.mlp_victim.init_params",
             mlp_victim.init_params,
             [P("config", MLP_TINY, "object"), P("seeds", [0, 1], "seq")],
         ),
         Case(
-            "mlp_victim.logits",
+            "poisoning.mlp_victim.logits",
             mlp_victim.logits,
             [P("params", params, "params"), P("x", x, "tensor")],
         ),
         Case(
-            "mlp_victim.train",
+            "poisoning.mlp_victim.train",
             mlp_victim.train,
             [
                 P("config", MLP_TINY, "object"),
@@ -655,17 +659,17 @@ def _mlp_cases() -> list[Case]:
             examples=5,
         ),
         Case(
-            "mlp_victim.predict",
+            "poisoning.mlp_victim.predict",
             mlp_victim.predict,
             [P("params", params, "params"), P("x", x, "tensor")],
         ),
         Case(
-            "mlp_victim.accuracy",
+            "poisoning.mlp_victim.accuracy",
             mlp_victim.accuracy,
             [P("params", params, "params"), P("x", x, "tensor"), P("labels", y, "tensor")],
         ),
         Case(
-            "mlp_victim.victim",
+            "poisoning.mlp_victim.victim",
             mlp_victim.victim,
             [P("config", MLP_TINY, "object"), P("train_config", MLP_TRAIN, "object")],
         ),
@@ -676,19 +680,21 @@ def _data_cases() -> list[Case]:
     folder = _cifar_folder()
     memory = np.arange(2 * 3072, dtype=np.int64).reshape(2, 3072) % 256
     return [
-        Case("data.digits_split", data.digits_split, [P("test_every", 5, "int", True)], examples=4),
+        Case("book.data.digits_split", data.digits_split, [P("test_every", 5, "int", True)],
+            examples=4),
         Case(
-            "data.cifar10_batch", data.cifar10_batch, [P("path", f"{folder}/test_batch", "file")]
+            "book.data.cifar10_batch", data.cifar10_batch, [P("path", f"{folder}/test_batch",
+                "file")]
         ),
         # it locates the folder (its files are read by cifar10, whose case has kind "folder")
-        Case("data.cifar10_folder", data.cifar10_folder, [P("folder", folder, "object")]),
+        Case("book.data.cifar10_folder", data.cifar10_folder, [P("folder", folder, "object")]),
         Case(
-            "data.cifar10_sequences",
+            "book.data.cifar10_sequences",
             data.cifar10_sequences,
             [P("data", memory, "object"), P("reading", "pixels", "choice")],
         ),
         Case(
-            "data.cifar10",
+            "book.data.cifar10",
             data.cifar10,
             [
                 Arg("folder", folder, "folder",
@@ -707,12 +713,12 @@ def _results_cases() -> list[Case]:
     )
     return [
         Case(
-            "results.results_path",
+            "book.results.results_path",
             _in_tmp_results(results.results_path),
             [P("chapter", "some-chapter", "text")],
         ),
         Case(
-            "results.save_results",
+            "book.results.save_results",
             _in_tmp_results(results.save_results),
             [
                 P("chapter", "other-chapter", "text"),
@@ -723,9 +729,9 @@ def _results_cases() -> list[Case]:
                 P("seconds", 2.5, "float", True),
             ],
         ),
-        Case("results.glue", _glue, [P("name", "x", "text"), P("value", 0.5, "float")]),
+        Case("book.results.glue", _glue, [P("name", "x", "text"), P("value", 0.5, "float")]),
         Case(
-            "results.load_results",
+            "book.results.load_results",
             _in_tmp_results(results.load_results),
             [P("chapter", "some-chapter", "text")],
         ),
@@ -735,7 +741,7 @@ def _results_cases() -> list[Case]:
 def _viz_cases() -> list[Case]:
     return [
         Case(
-            "viz.plot_impulse_responses[styles]",
+            "book.viz.plot_impulse_responses[styles]",
             _plotted(viz.plot_impulse_responses),
             [
                 P("responses", {"h": [1.0, 0.5, 0.25]}, "object"),
@@ -746,7 +752,7 @@ def _viz_cases() -> list[Case]:
             ],
         ),
         Case(
-            "viz.plot_loss[label]",
+            "book.viz.plot_loss[label]",
             _plotted(viz.plot_loss),
             [
                 P("times", torch.tensor([1.0, 2.0, 3.0], dtype=DT), "tensor"),
@@ -757,12 +763,12 @@ def _viz_cases() -> list[Case]:
             ],
         ),
         Case(
-            "viz.Table",
+            "book.viz.Table",
             viz.Table,
             [P("headers", ["a", "b"], "seq"), P("rows", [["1", "2"]], "seq")],
         ),
         Case(
-            "viz.Slider[step]",
+            "book.viz.Slider[step]",
             viz.Slider,
             [
                 P("lo", 0.0, "float"),
@@ -772,10 +778,10 @@ def _viz_cases() -> list[Case]:
                 P("step", 0.1, "float"),
             ],
         ),
-        Case("viz.Slider.frames", viz.Slider(0.1, 1.0, 0.5).frames, [P("count", 3, "int")]),
-        Case("viz.Choice.frames", viz.Choice(("a", "b")).frames, [P("count", 3, "int")]),
+        Case("book.viz.Slider.frames", viz.Slider(0.1, 1.0, 0.5).frames, [P("count", 3, "int")]),
+        Case("book.viz.Choice.frames", viz.Choice(("a", "b")).frames, [P("count", 3, "int")]),
         Case(
-            "viz.explore",
+            "book.viz.explore",
             _explore,
             [
                 P("fn", _draw, "callable"),
@@ -787,7 +793,7 @@ def _viz_cases() -> list[Case]:
             ],
         ),
         Case(
-            "viz.slider_grid_html",
+            "book.viz.slider_grid_html",
             _slider_grid,
             [
                 P("fn", _draw, "callable"),

@@ -1,4 +1,5 @@
-"""Cases of :mod:`lib.step_bounds` for the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
+"""Cases of :mod:`lib.networks.step_bounds` for the bad-input fuzz (``cases()``, see
+``tests/api_cases.py``).
 
 Oracles recompute the paper's formulas independently (Corollary 4 from its three cases, eq. (21)
 and eq. (24) term by term) or check the defining property (Lemma 31: the constructed point is
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from api_cases import Arg, Case
 
-from lib import linear_nets, step_bounds
+from lib.networks import linear_nets, step_bounds
 
 P = Arg  # short
 
@@ -83,30 +84,30 @@ def cases() -> list[Case]:
     regression = [P("depth", 3, "int"), P("norm0", 0.1, "float"), P("alignment", 0.5, "float"),
                   P("accuracy", 0.01, "float")]
     return [
-        Case("step_bounds.corollary4_step_size", step_bounds.corollary4_step_size,
+        Case("networks.step_bounds.corollary4_step_size", step_bounds.corollary4_step_size,
              [P("curvature", 1.0, "float"), P("smoothness", 1.0, "float"),
               P("start_loss", 2.0, "float"), P("radius", 0.1, "float"),
               P("horizon", 3.0, "float"), P("start_gap", 0.01, "float")],
              oracle=_oracle_corollary4),
-        Case("step_bounds.tracking_exit_times", step_bounds.tracking_exit_times,
+        Case("networks.step_bounds.tracking_exit_times", step_bounds.tracking_exit_times,
              [P("gradient", _quadratic_gradient, "callable"),
               P("flow", _quadratic_flow, "callable"), P("start", 1.0, "float"),
               P("step_sizes", [0.5, 0.1], "seq"), P("horizon", 2.0, "float"),
               P("radius", 0.05, "float")],
              oracle=_oracle_exit_times),
-        Case("step_bounds.proposition14_time", step_bounds.proposition14_time, regression,
+        Case("networks.step_bounds.proposition14_time", step_bounds.proposition14_time, regression,
              oracle=_oracle_time),
-        Case("step_bounds.theorem15_iterations", step_bounds.theorem15_iterations,
+        Case("networks.step_bounds.theorem15_iterations", step_bounds.theorem15_iterations,
              [*regression, P("step", 1e-3, "float")]),
-        Case("step_bounds.theorem32_unbalancedness", step_bounds.theorem32_unbalancedness,
+        Case("networks.step_bounds.theorem32_unbalancedness", step_bounds.theorem32_unbalancedness,
              [P("depth", 3, "int"), P("norm0", 0.05, "float"), P("alignment", 0.5, "float"),
               P("accuracy", 0.01, "float")]),
-        Case("step_bounds.theorem32_step_size", step_bounds.theorem32_step_size,
+        Case("networks.step_bounds.theorem32_step_size", step_bounds.theorem32_step_size,
              [P("depth", 3, "int"), P("norm0", 0.05, "float"), P("alignment", 0.5, "float"),
               P("accuracy", 0.01, "float")]),
-        Case("step_bounds.theorem32_iterations", step_bounds.theorem32_iterations,
+        Case("networks.step_bounds.theorem32_iterations", step_bounds.theorem32_iterations,
              [P("depth", 3, "int"), P("norm0", 0.05, "float"), P("alignment", 0.5, "float"),
               P("accuracy", 0.01, "float"), P("step", 1e-3, "float")]),
-        Case("step_bounds.nearest_balanced", step_bounds.nearest_balanced,
+        Case("networks.step_bounds.nearest_balanced", step_bounds.nearest_balanced,
              [P("params", square, "params")], oracle=_oracle_nearest),
     ]

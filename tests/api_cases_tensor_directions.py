@@ -1,4 +1,4 @@
-"""Cases of :mod:`lib.tensor_directions` for the bad-input fuzz (``cases()``, see
+"""Cases of :mod:`lib.networks.tensor_directions` for the bad-input fuzz (``cases()``, see
 ``tests/api_cases.py``).
 
 One small valid call per public function, with a kind per argument. The oracles recompute the
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from api_cases import Arg, Case, applied, same, t
 
-from lib import tensor_directions as td
+from lib.networks import tensor_directions as td
 
 DT = torch.float64
 P = Arg  # short
@@ -184,62 +184,62 @@ def _one_point_args():
 def cases() -> list[Case]:
     alpha = P("alpha", 0.5, "float", True)
     return [
-        Case("tensor_directions.conv_basis", td.conv_basis,
+        Case("networks.tensor_directions.conv_basis", td.conv_basis,
              [P("d", 4, "int"), P("kernel_sizes", [2, 3, 4], "seq")], oracle=_oracle_conv_basis),
-        Case("tensor_directions.contract", td.contract,
+        Case("networks.tensor_directions.contract", td.contract,
              [P("tensor", _A, "tensor"), P("vectors", _V3, "object"),
               P("open_slot", 1, "int", True)], oracle=_oracle_contract),
-        Case("tensor_directions.coefficients", td.coefficients,
+        Case("networks.tensor_directions.coefficients", td.coefficients,
              [P("basis", torch.from_numpy(td.conv_basis(4, [2, 3, 4])), "tensor"),
               P("vectors", _V3, "object")], oracle=_oracle_coefficients),
-        Case("tensor_directions.tensor_network_output", td.tensor_network_output,
+        Case("networks.tensor_directions.tensor_network_output", td.tensor_network_output,
              [P("tensor", _A, "tensor"), P("vectors", _V3, "object"),
               P("activation", "relu", "choice", True)], oracle=_oracle_output),
-        Case("tensor_directions.multilinear_gradient",
+        Case("networks.tensor_directions.multilinear_gradient",
              _applied(td.multilinear_gradient, _PARAMS3),
              [P("tensors", torch.stack([_A, 0.5 * _A]), "tensor"), P("y", t(1.0, -1.0), "tensor"),
               P("loss", "exp", "choice", True), P("total", False, "bool", True)],
              oracle=_oracle_gradient),
-        Case("tensor_directions.singular_residual", td.singular_residual,
+        Case("networks.tensor_directions.singular_residual", td.singular_residual,
              [P("tensor", _A, "tensor"), P("vectors", _V3, "object")], oracle=_oracle_residual),
-        Case("tensor_directions.power_method", td.power_method,
+        Case("networks.tensor_directions.power_method", td.power_method,
              [P("tensor", _A, "tensor"), P("start", _V3, "object"), P("steps", 10_000, "int", True),
               P("tol", 1e-13, "float", True)], oracle=_oracle_power),
-        Case("tensor_directions.direction_path", td.direction_path,
+        Case("networks.tensor_directions.direction_path", td.direction_path,
              [P("tensor", _A, "tensor"),
               P("vectors", [v * np.sign(td.contract(_A, _V3)) if i == 0 else v
                             for i, v in enumerate(_V3)], "object"),
               P("log_norms", t(1.5, 2.0, 4.0), "tensor")]),
-        Case("tensor_directions.theorem3_gap", td.theorem3_gap, _one_point_args()),
-        Case("tensor_directions.one_point_curve", td.one_point_curve,
+        Case("networks.tensor_directions.theorem3_gap", td.theorem3_gap, _one_point_args()),
+        Case("networks.tensor_directions.one_point_curve", td.one_point_curve,
              [*_one_point_args(), alpha, P("nu", t(0.0, 0.5, -1.0), "tensor", True)]),
-        Case("tensor_directions.one_point_limit", td.one_point_limit,
+        Case("networks.tensor_directions.one_point_limit", td.one_point_limit,
              [*_one_point_args(), P("y", 1.0, "float", True)]),
-        Case("tensor_directions.one_point_nu", td.one_point_nu,
+        Case("networks.tensor_directions.one_point_nu", td.one_point_nu,
              [*_one_point_args(), alpha, P("output", 3.0, "float", True)]),
-        Case("tensor_directions.one_point_log_time", td.one_point_log_time,
+        Case("networks.tensor_directions.one_point_log_time", td.one_point_log_time,
              [*_one_point_args(), alpha, P("y", 1.0, "float", True),
               P("nu", 0.7, "float", True)]),
-        Case("tensor_directions.corollary4_direction", td.corollary4_direction,
+        Case("networks.tensor_directions.corollary4_direction", td.corollary4_direction,
              [P("x", t(1.0, 2.0, -0.5, 0.3), "tensor"), P("y", 1.0, "float"),
               P("kernel", 2, "int", True)], oracle=_oracle_corollary4),
-        Case("tensor_directions.even_part", td.even_part,
+        Case("networks.tensor_directions.even_part", td.even_part,
              [P("x", t(1.0, 2.0, -0.5, 0.3, 4.0), "tensor")], oracle=_oracle_even),
-        Case("tensor_directions.conv_modulus_minimizer", td.conv_modulus_minimizer,
+        Case("networks.tensor_directions.conv_modulus_minimizer", td.conv_modulus_minimizer,
              [P("X", t(1.0, 0.5, -0.3, 0.2, 0.1, -1.0, 0.4, 0.0, 0.6, 0.2).reshape(2, 5),
                 "tensor"),
               P("y", t(0.7, -0.4), "tensor"), alpha, P("depth", 2, "int", True),
               P("w_bar", t(1.0, 0.8, 0.6, 0.6, 0.8), "tensor", True)]),
-        Case("tensor_directions.simultaneous_eigenbasis", td.simultaneous_eigenbasis,
+        Case("networks.tensor_directions.simultaneous_eigenbasis", td.simultaneous_eigenbasis,
              [P("matrices", _SENSORS, "tensor")], oracle=_oracle_eigenbasis),
-        Case("tensor_directions.matrix_sensing_gradient",
+        Case("networks.tensor_directions.matrix_sensing_gradient",
              _applied(td.matrix_sensing_gradient, _SENSING),
              [P("A", _SENSORS, "tensor"), P("y", t(0.5, -1.0), "tensor")],
              oracle=_oracle_sensing_gradient),
-        Case("tensor_directions.matrix_sensing_limit", td.matrix_sensing_limit,
+        Case("networks.tensor_directions.matrix_sensing_limit", td.matrix_sensing_limit,
              [P("A", _SENSORS, "tensor"), P("y", t(0.5, -1.0), "tensor"), alpha,
               P("depth", 2, "int", True)], oracle=_oracle_sensing_limit),
-        Case("tensor_directions.matrix_sensing_kkt", td.matrix_sensing_kkt,
+        Case("networks.tensor_directions.matrix_sensing_kkt", td.matrix_sensing_kkt,
              [P("A", _SENSORS, "tensor"),
               P("M", torch.from_numpy(td.matrix_sensing_limit(_SENSORS, [0.5, -1.0], alpha=0.5,
                                                               depth=2)), "tensor"),

@@ -1,4 +1,5 @@
-"""Cases of :mod:`lib.tensor_nets` and :mod:`lib.saddles` for the bad-input fuzz (``cases()``).
+"""Cases of :mod:`lib.networks.tensor_nets` and :mod:`lib.networks.saddles` for the bad-input fuzz
+(``cases()``).
 
 One small valid call per public callable, with a kind per argument (see ``tests/api_cases.py``,
 whose :class:`Case`/:class:`Arg` and outcome classes these share). Oracles recompute an answer
@@ -22,8 +23,8 @@ from api_cases import Arg, Case, applied, same, t
 from scipy.integrate import quad
 from scipy.optimize import brentq
 
-from lib import saddles
-from lib import tensor_nets as tn
+from lib.networks import saddles
+from lib.networks import tensor_nets as tn
 
 DT = torch.float64
 P = Arg  # short
@@ -38,7 +39,7 @@ def _close(result, expected, rtol: float = 1e-9) -> bool:
 
 
 # ------------------------------------------------------------------------------------------
-# Oracles for lib.tensor_nets
+# Oracles for lib.networks.tensor_nets
 # ------------------------------------------------------------------------------------------
 
 
@@ -159,7 +160,7 @@ def _oracle_regression_loss(result, coefficients, X, y) -> bool:
 
 
 # ------------------------------------------------------------------------------------------
-# Oracles for lib.saddles
+# Oracles for lib.networks.saddles
 # ------------------------------------------------------------------------------------------
 
 
@@ -371,27 +372,27 @@ def tensor_nets_cases() -> list[Case]:
         P("v2_bar", v2_bar, "tensor", True),
     ]
     return [
-        Case("tensor_nets.pole", tn.pole, depth),
+        Case("networks.tensor_nets.pole", tn.pole, depth),
         Case(
-            "tensor_nets.h_L",
+            "networks.tensor_nets.h_L",
             tn.h_L,
             [P("t", t(0.1, -0.5, 1.0), "tensor"), *depth],
             oracle=_oracle_h,
         ),
         Case(
-            "tensor_nets.h_L_derivative",
+            "networks.tensor_nets.h_L_derivative",
             tn.h_L_derivative,
             [P("t", t(0.1, -0.5, 1.0), "tensor"), *depth],
         ),
         Case(
-            "tensor_nets.h_L_inverse",
+            "networks.tensor_nets.h_L_inverse",
             tn.h_L_inverse,
             [P("y", t(0.1, -2.0, 30.0), "tensor"), *depth],
         ),
-        Case("tensor_nets.H_L", tn.H_L, [P("y", t(0.1, -2.0, 30.0), "tensor"), *depth]),
-        Case("tensor_nets.Phi_L", tn.Phi_L, [P("t", t(0.1, -0.5, 1.0), "tensor"), *depth]),
+        Case("networks.tensor_nets.H_L", tn.H_L, [P("y", t(0.1, -2.0, 30.0), "tensor"), *depth]),
+        Case("networks.tensor_nets.Phi_L", tn.Phi_L, [P("t", t(0.1, -0.5, 1.0), "tensor"), *depth]),
         Case(
-            "tensor_nets.Q_objective",
+            "networks.tensor_nets.Q_objective",
             tn.Q_objective,
             [
                 P("rho", t(0.3, -0.2), "tensor"),
@@ -401,7 +402,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.dual_root",
+            "networks.tensor_nets.dual_root",
             tn.dual_root,
             [
                 P("Z", X23, "tensor"),
@@ -413,7 +414,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.diagonal_net_limit",
+            "networks.tensor_nets.diagonal_net_limit",
             tn.diagonal_net_limit,
             [
                 P("X", X23, "tensor"),
@@ -424,7 +425,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.diagonal_net_path",
+            "networks.tensor_nets.diagonal_net_path",
             tn.diagonal_net_path,
             [
                 P("X", X23, "tensor"),
@@ -434,9 +435,9 @@ def tensor_nets_cases() -> list[Case]:
                 P("w_bar", w3, "tensor", True),
             ],
         ),
-        Case("tensor_nets.dft_matrix", tn.dft_matrix, [P("d", 4, "int")]),
+        Case("networks.tensor_nets.dft_matrix", tn.dft_matrix, [P("d", 4, "int")]),
         Case(
-            "tensor_nets.conv_net_limit",
+            "networks.tensor_nets.conv_net_limit",
             tn.conv_net_limit,
             [
                 P("X", X1, "tensor"),
@@ -448,7 +449,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.min_l1_solution",
+            "networks.tensor_nets.min_l1_solution",
             tn.min_l1_solution,
             [
                 P("X", X23, "tensor"),
@@ -464,7 +465,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.min_l2_solution",
+            "networks.tensor_nets.min_l2_solution",
             tn.min_l2_solution,
             [
                 P("X", X23, "tensor"),
@@ -473,17 +474,17 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.max_margin_l2",
+            "networks.tensor_nets.max_margin_l2",
             tn.max_margin_l2,
             [P("X", X_cls, "tensor"), P("y", t(1.0, -1.0), "tensor")],
         ),
         Case(
-            "tensor_nets.basis_tensors",
+            "networks.tensor_nets.basis_tensors",
             tn.basis_tensors,
             [P("architecture", "fc", "choice"), P("d", 2, "int"), P("hidden", 3, "int", True)],
         ),
         Case(
-            "tensor_nets.tensor_coefficients",
+            "networks.tensor_nets.tensor_coefficients",
             tn.tensor_coefficients,
             [
                 P("architecture", "conv", "choice"),
@@ -493,7 +494,7 @@ def tensor_nets_cases() -> list[Case]:
             oracle=_oracle_tensor_coefficients,
         ),
         Case(
-            "tensor_nets.two_layer_loss",
+            "networks.tensor_nets.two_layer_loss",
             applied(tn.two_layer_loss, _PARAMS2),
             [
                 P("architecture", "diagonal", "choice"),
@@ -504,7 +505,7 @@ def tensor_nets_cases() -> list[Case]:
             oracle=_oracle_two_layer_loss,
         ),
         Case(
-            "tensor_nets.two_layer_gradient",
+            "networks.tensor_nets.two_layer_gradient",
             applied(tn.two_layer_gradient, _PARAMS2),
             [
                 P("architecture", "diagonal", "choice"),
@@ -516,12 +517,12 @@ def tensor_nets_cases() -> list[Case]:
             oracle=_oracle_two_layer_gradient,
         ),
         Case(
-            "tensor_nets.data_svd",
+            "networks.tensor_nets.data_svd",
             tn.data_svd,
             [P("architecture", "fc", "choice"), P("x", x1, "tensor"), P("hidden", 2, "int", True)],
         ),
         Case(
-            "tensor_nets.two_layer_limit",
+            "networks.tensor_nets.two_layer_limit",
             tn.two_layer_limit,
             [
                 P("architecture", "diagonal", "choice"),
@@ -531,7 +532,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.two_layer_curve",
+            "networks.tensor_nets.two_layer_curve",
             tn.two_layer_curve,
             [
                 P("architecture", "diagonal", "choice"),
@@ -541,7 +542,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.curve_distance",
+            "networks.tensor_nets.curve_distance",
             tn.curve_distance,
             [
                 P("architecture", "diagonal", "choice"),
@@ -552,7 +553,7 @@ def tensor_nets_cases() -> list[Case]:
             oracle=_oracle_curve_distance,
         ),
         Case(
-            "tensor_nets.figure1_init",
+            "networks.tensor_nets.figure1_init",
             tn.figure1_init,
             [
                 P("architecture", "conv", "choice"),
@@ -561,7 +562,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.figure1_batch",
+            "networks.tensor_nets.figure1_batch",
             tn.figure1_batch,
             [
                 P("architecture", "diagonal", "choice"),
@@ -573,7 +574,7 @@ def tensor_nets_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "tensor_nets.angle_degrees",
+            "networks.tensor_nets.angle_degrees",
             tn.angle_degrees,
             [
                 P("betas", t(1.0, 0.0, 0.5, 0.5, -1.0, 2.0).reshape(3, 2), "tensor"),
@@ -582,7 +583,7 @@ def tensor_nets_cases() -> list[Case]:
             oracle=_oracle_angles,
         ),
         Case(
-            "tensor_nets.diagonal_params",
+            "networks.tensor_nets.diagonal_params",
             tn.diagonal_params,
             [
                 P("w_bar", t(1.0, 0.3), "tensor"),
@@ -593,29 +594,30 @@ def tensor_nets_cases() -> list[Case]:
             oracle=_oracle_diagonal_params,
         ),
         Case(
-            "tensor_nets.diagonal_coefficients",
+            "networks.tensor_nets.diagonal_coefficients",
             tn.diagonal_coefficients,
             [P("params", _DIAG_PARAMS, "params")],
             oracle=_oracle_diagonal_coefficients,
         ),
         Case(
-            "tensor_nets.conv_coefficients",
+            "networks.tensor_nets.conv_coefficients",
             tn.conv_coefficients,
             [P("params", _DIAG_PARAMS, "params")],
         ),
-        Case("tensor_nets.fc_coefficients", tn.fc_coefficients, [P("params", fc_params, "params")]),
+        Case("networks.tensor_nets.fc_coefficients", tn.fc_coefficients, [P("params", fc_params,
+            "params")]),
         Case(
-            "tensor_nets.diagonal_gradient",
+            "networks.tensor_nets.diagonal_gradient",
             applied(tn.diagonal_gradient, _DIAG_PARAMS),
             [P("X", X22, "tensor"), P("y", y2, "tensor")],
         ),
         Case(
-            "tensor_nets.fc_gradient",
+            "networks.tensor_nets.fc_gradient",
             applied(tn.fc_gradient, fc_params),
             [P("X", X22, "tensor"), P("y", y2, "tensor")],
         ),
         Case(
-            "tensor_nets.TwoLayerSVD",
+            "networks.tensor_nets.TwoLayerSVD",
             tn.TwoLayerSVD,
             [
                 P("U1", t(0.6, 0.8, -0.8, 0.6).reshape(2, 2), "tensor"),
@@ -624,7 +626,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.TwoLayerLimit",
+            "networks.tensor_nets.TwoLayerLimit",
             tn.TwoLayerLimit,
             [
                 P("beta", t(0.2, 0.4), "tensor"),
@@ -634,7 +636,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.RunBatch",
+            "networks.tensor_nets.RunBatch",
             tn.RunBatch,
             [
                 P(
@@ -647,7 +649,7 @@ def tensor_nets_cases() -> list[Case]:
             ],
         ),
         Case(
-            "tensor_nets.regression_loss",
+            "networks.tensor_nets.regression_loss",
             applied(tn.regression_loss, _DIAG_PARAMS),
             [
                 P("coefficients", tn.diagonal_coefficients, "callable"),
@@ -655,7 +657,7 @@ def tensor_nets_cases() -> list[Case]:
                 P("y", y2, "tensor"),
             ],
             oracle=_oracle_regression_loss,
-            # a loss closure for lib.flow: a coefficient map's overflow is passed on (its
+            # a loss closure for lib.engine.flow: a coefficient map's overflow is passed on (its
             # docstring: values are the engines' to check)
             overflow_passes=("coefficients",),
         ),
@@ -674,40 +676,42 @@ def saddles_cases() -> list[Case]:
     ]
     return [
         Case(
-            "saddles.cross_entropy_gradient",
+            "networks.saddles.cross_entropy_gradient",
             saddles.cross_entropy_gradient,
             [P("labels", labels, "tensor"), P("classes", 3, "int")],
         ),
         Case(
-            "saddles.localized_loss",
+            "networks.saddles.localized_loss",
             saddles.localized_loss,
             [P("weights", rho, "seq"), *data],
             oracle=_oracle_localized_loss,
         ),
-        Case("saddles.speed_of", saddles.speed_of, [P("weights", rho, "seq"), *data]),
-        Case("saddles.rank1_escape_speed", saddles.rank1_escape_speed, data, oracle=_oracle_rank1),
+        Case("networks.saddles.speed_of", saddles.speed_of, [P("weights", rho, "seq"), *data]),
+        Case("networks.saddles.rank1_escape_speed", saddles.rank1_escape_speed, data,
+            oracle=_oracle_rank1),
         Case(
-            "saddles.rank1_speed_profile",
+            "networks.saddles.rank1_speed_profile",
             saddles.rank1_speed_profile,
             [*data, P("angles", t(0.0, 0.5, 2.0), "tensor")],
         ),
         Case(
-            "saddles.linear_escape_speed",
+            "networks.saddles.linear_escape_speed",
             saddles.linear_escape_speed,
             data,
             oracle=_oracle_linear_speed,
         ),
         Case(
-            "saddles.speed_upper_bound", saddles.speed_upper_bound, data, oracle=_oracle_upper_bound
+            "networks.saddles.speed_upper_bound", saddles.speed_upper_bound, data,
+                oracle=_oracle_upper_bound
         ),
-        Case("saddles.lipschitz_speed_bound", saddles.lipschitz_speed_bound, data),
+        Case("networks.saddles.lipschitz_speed_bound", saddles.lipschitz_speed_bound, data),
         Case(
-            "saddles.localized_gradient",
+            "networks.saddles.localized_gradient",
             saddles.localized_gradient,
             [P("weights", rho, "seq"), *data],
         ),
         Case(
-            "saddles.localized_descent",
+            "networks.saddles.localized_descent",
             saddles.localized_descent,
             [
                 P("weights", rho, "seq"),
@@ -718,7 +722,7 @@ def saddles_cases() -> list[Case]:
             ],
         ),
         Case(
-            "saddles.escape_search",
+            "networks.saddles.escape_search",
             saddles.escape_search,
             [
                 *data,
@@ -731,7 +735,7 @@ def saddles_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "saddles.EscapeSearch",
+            "networks.saddles.EscapeSearch",
             saddles.EscapeSearch,
             [
                 P("speeds", torch.from_numpy(search.speeds), "tensor"),
@@ -740,14 +744,14 @@ def saddles_cases() -> list[Case]:
                 P("seeds", [0, 1], "seq"),
             ],
         ),
-        Case("saddles.EscapeSearch.direction", search.direction, [P("index", 1, "int")]),
+        Case("networks.saddles.EscapeSearch.direction", search.direction, [P("index", 1, "int")]),
         Case(
-            "saddles.restart_seeds",
+            "networks.saddles.restart_seeds",
             saddles.restart_seeds,
             [P("seed", 3, "int"), P("restarts", 4, "int")],
         ),
         Case(
-            "saddles.escape_speed",
+            "networks.saddles.escape_speed",
             saddles.escape_speed,
             [
                 *data,
@@ -760,7 +764,7 @@ def saddles_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "saddles.escape_direction",
+            "networks.saddles.escape_direction",
             saddles.escape_direction,
             [
                 *data,
@@ -773,7 +777,7 @@ def saddles_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "saddles.radius_along_escape",
+            "networks.saddles.radius_along_escape",
             _radius,
             [
                 P("times", t(0.0, 1.0, 2.0, 40.0), "tensor"),
@@ -785,52 +789,52 @@ def saddles_cases() -> list[Case]:
             oracle=_oracle_radius,
         ),
         Case(
-            "saddles.stable_rank",
+            "networks.saddles.stable_rank",
             saddles.stable_rank,
             [P("A", t(1.0, 0.5, -0.3, 2.0, 0.1, 0.4).reshape(2, 3), "tensor")],
             oracle=_oracle_stable_rank,
         ),
         Case(
-            "saddles.tail_mass",
+            "networks.saddles.tail_mass",
             saddles.tail_mass,
             [P("A", t(1.0, 0.5, -0.3, 2.0, 0.1, 0.4).reshape(2, 3), "tensor")],
             oracle=_oracle_tail_mass,
         ),
         Case(
-            "saddles.layer_statistics",
+            "networks.saddles.layer_statistics",
             _layer_statistics,
             [P("weights", rho, "seq"), P("X", X, "tensor")],
             oracle=_oracle_layer_statistics,
         ),
         Case(
-            "saddles.theorem31_constant",
+            "networks.saddles.theorem31_constant",
             saddles.theorem31_constant,
             [*data, P("speed", 0.5, "float")],
         ),
         Case(
-            "saddles.theorem31_bound",
+            "networks.saddles.theorem31_bound",
             _theorem31_bound,
             [*data, P("speed", 0.5, "float"), P("layer", t(1.0, 5000.0), "tensor")],
             oracle=_oracle_theorem31,
         ),
         Case(
-            "saddles.proposition33_bound",
+            "networks.saddles.proposition33_bound",
             _proposition33_bound,
             [P("G", G, "tensor"), P("epsilon", 0.01, "float"), P("speed", 0.5, "float")],
             oracle=_oracle_proposition33,
         ),
         Case(
-            "saddles.proposition34_bound",
+            "networks.saddles.proposition34_bound",
             saddles.proposition34_bound,
             [*data, P("speed", 0.5, "float"), P("depth", 6, "int"), P("p", 0.5, "float")],
         ),
         Case(
-            "saddles.deepen",
+            "networks.saddles.deepen",
             saddles.deepen,
             [P("weights", rho, "seq"), *data, P("extra", 2, "int")],
         ),
         Case(
-            "saddles.saddle_to_saddle_run",
+            "networks.saddles.saddle_to_saddle_run",
             saddles.saddle_to_saddle_run,
             [
                 P("X", X, "tensor"),
@@ -847,7 +851,7 @@ def saddles_cases() -> list[Case]:
             examples=6,
         ),
         Case(
-            "saddles.find_plateaus",
+            "networks.saddles.find_plateaus",
             saddles.find_plateaus,
             [
                 P("losses", t(2.0, 2.0, 2.0, 1.5, 1.0, 1.0, 1.0, 1.0), "tensor"),

@@ -1,6 +1,7 @@
-"""Cases of :mod:`lib.transfer_victim` and of the newer functions of :mod:`lib.gradient_matching`
-and :mod:`lib.s4d` (``AttackConfig.step_sizes``, ``brew_joint``, ``size_ratio``, ``features``) for
-the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
+"""Cases of :mod:`lib.poisoning.transfer_victim` and of the newer functions of
+:mod:`lib.poisoning.gradient_matching`
+and :mod:`lib.ssm.s4d` (``AttackConfig.step_sizes``, ``brew_joint``, ``size_ratio``, ``features``)
+for the bad-input fuzz (``cases()``, see ``tests/api_cases.py``).
 
 The tiny networks and toy data are those of ``tests/api_cases_s4d_viz.py``.
 """
@@ -20,9 +21,9 @@ from api_cases_s4d_viz import (
     _toy_data,
 )
 
-from lib import gradient_matching as gm
-from lib import s4d
-from lib import transfer_victim as tv
+from lib.poisoning import gradient_matching as gm
+from lib.poisoning import transfer_victim as tv
+from lib.ssm import s4d
 
 DT = torch.float64
 P = Arg
@@ -69,12 +70,12 @@ def cases() -> list[Case]:
     like = torch.linspace(0.05, 0.2, 2 * LENGTH, dtype=DT).reshape(2, LENGTH)
     authors = gm.AttackConfig(steps=8, restarts=1, step_rule="authors")
     return [
-        Case("gradient_matching.AttackConfig.step_sizes", authors.step_sizes,
+        Case("poisoning.gradient_matching.AttackConfig.step_sizes", authors.step_sizes,
              [P("eps", 0.1, "float")]),
-        Case("gradient_matching.size_ratio", gm.size_ratio,
+        Case("poisoning.gradient_matching.size_ratio", gm.size_ratio,
              [P("delta", delta, "tensor"), P("like", like, "tensor")]),
         Case(
-            "gradient_matching.brew_joint",
+            "poisoning.gradient_matching.brew_joint",
             lambda surrogate, x_train, targets, intended, poison_index, eps: gm.brew_joint(
                 surrogate, x_train, y, xt, targets, intended, poison_index, eps, (-1.0, 1.0),
                 gm.AttackConfig(steps=1, restarts=1)),
@@ -83,38 +84,38 @@ def cases() -> list[Case]:
              P("poison_index", [1, 2], "seq"), P("eps", 0.1, "float")],
             examples=5,
         ),
-        Case("s4d.features", s4d.features,
+        Case("ssm.s4d.features", s4d.features,
              [P("params", _s4d_params(), "params"),
               P("x", x[:3], "tensor"),
               P("method", "auto", "choice", True)]),
-        Case("transfer_victim.HeadTrainConfig", tv.HeadTrainConfig,
+        Case("poisoning.transfer_victim.HeadTrainConfig", tv.HeadTrainConfig,
              [P("epochs", 1, "int", True), P("batch", 4, "int", True),
               P("lr", 1e-2, "float", True), P("weight_decay", 0.0, "float", True)]),
-        Case("transfer_victim.mlp_features", _features_of(tv.mlp_features),
+        Case("poisoning.transfer_victim.mlp_features", _features_of(tv.mlp_features),
              [P("params", _mlp_params(), "params")]),
-        Case("transfer_victim.s4d_features", _features_of(tv.s4d_features),
+        Case("poisoning.transfer_victim.s4d_features", _features_of(tv.s4d_features),
              [P("params", _s4d_params_float32(), "params")]),
-        Case("transfer_victim.victim", _train_with,
+        Case("poisoning.transfer_victim.victim", _train_with,
              [P("features", tv.mlp_features(_mlp_params()), "callable"),
               P("feature_dim", MLP_TINY.hidden, "int"), P("classes", 3, "int", True)],
              examples=5),
-        Case("gradient_matching.choose_nearest",
+        Case("poisoning.gradient_matching.choose_nearest",
              lambda features, x_train, x_target, adversarial, budget: gm.choose_nearest(
                  features, x_train, y, x_target, adversarial, budget),
              [P("features", tv.mlp_features(_mlp_params()), "callable"),
               P("x_train", x, "tensor"), P("x_target", xt[0], "tensor"),
               P("adversarial", 1, "int"), P("budget", 2, "int")], examples=5),
-        Case("transfer_victim.init_head", tv.init_head,
+        Case("poisoning.transfer_victim.init_head", tv.init_head,
              [P("feature_dim", MLP_TINY.hidden, "int"), P("classes", 3, "int"),
               P("seeds", [0, 1], "seq")]),
-        Case("transfer_victim.unrolled_head",
+        Case("poisoning.transfer_victim.unrolled_head",
              lambda phi_clean, phi_poison, seed: tv.unrolled_head(
                  phi_clean, y, phi_poison, y[:2][None], seed, 3,
                  tv.HeadTrainConfig(epochs=1, batch=4)),
              [P("phi_clean", tv.mlp_features(_mlp_params())(x), "tensor"),
               P("phi_poison", tv.mlp_features(_mlp_params())(x[:2])[None], "tensor"),
               P("seed", 0, "int")], examples=5),
-        Case("transfer_victim.unrolled_attack",
+        Case("poisoning.transfer_victim.unrolled_attack",
              lambda features, x_train, poison_index, eps, steps: tv.unrolled_attack(
                  features, MLP_TINY.hidden, x_train, y, xt, [0], [1], poison_index, eps,
                  (-1.0, 1.0), classes=3, train_config=tv.HeadTrainConfig(epochs=1, batch=4),
@@ -122,7 +123,7 @@ def cases() -> list[Case]:
              [P("features", tv.mlp_features(_mlp_params()), "callable"),
               P("x_train", x, "tensor"), P("poison_index", [[1, 4]], "seq"),
               P("eps", 0.1, "float"), P("steps", 1, "int")], examples=5),
-        Case("transfer_victim.accuracy",
+        Case("poisoning.transfer_victim.accuracy",
              lambda x, labels: tv.accuracy(_victim(), _head(), x, labels),
              [P("x", xt, "tensor"), P("labels", yt, "tensor")]),
     ]

@@ -1,4 +1,4 @@
-"""Cases of :mod:`lib.typeset` and :func:`lib.viz.figure_png` for the bad-input fuzz
+"""Cases of :mod:`lib.book.typeset` and :func:`lib.book.viz.figure_png` for the bad-input fuzz
 (``cases()``, see ``tests/api_cases.py``).
 
 The oracle of ``typeset.number`` reads the typeset text back into a float (undoing the power of
@@ -12,7 +12,7 @@ import math
 
 from api_cases import Arg, Case
 
-from lib import typeset, viz
+from lib.book import typeset, viz
 
 P = Arg  # short
 _FROM_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
@@ -61,18 +61,18 @@ def _figure_png(fig):
 
 def cases() -> list[Case]:
     return [
-        Case("typeset.number", typeset.number,
+        Case("book.typeset.number", typeset.number,
              [P("value", 2.1e10, "float"), P("spec", ".1e", "text")], oracle=_oracle_number),
-        Case("typeset.number_range", typeset.number_range,
+        Case("book.typeset.number_range", typeset.number_range,
              [P("low", 0.12, "float"), P("high", 0.47, "float"), P("spec", ".2f", "text"),
               P("separator", " to ", "text")], oracle=_oracle_range),
-        Case("typeset.scientific", typeset.scientific, [P("text", "4.8e-04 and 3", "text")]),
-        Case("typeset.group_digits", typeset.group_digits, [P("digits", "200000", "text")],
+        Case("book.typeset.scientific", typeset.scientific, [P("text", "4.8e-04 and 3", "text")]),
+        Case("book.typeset.group_digits", typeset.group_digits, [P("digits", "200000", "text")],
              oracle=lambda result, digits: result.replace("\u00a0", "") == digits),
-        Case("typeset.collapse_ranges", typeset.collapse_ranges,
+        Case("book.typeset.collapse_ranges", typeset.collapse_ranges,
              [P("text", "the reading 400–400, sizes 64–32–32–10", "text")]),
-        Case("typeset.column", typeset.column,
+        Case("book.typeset.column", typeset.column,
              [P("values", [0.00127, 12.5, None, "x"], "object"), P("digits", 3, "int")],
              oracle=_oracle_column),
-        Case("viz.figure_png", _figure_png, [P("fig", _figure(), "object")], examples=4),
+        Case("book.viz.figure_png", _figure_png, [P("fig", _figure(), "object")], examples=4),
     ]

@@ -36,7 +36,7 @@ def ones(*shape):
 def flat_hessian(loss, params):
     """The autograd Hessian of θ ↦ loss(params(θ)), θ the dict's tensors flattened in dict order.
 
-    An independent reference for lib.curvature (torch.autograd.functional.hessian).
+    An independent reference for lib.engine.curvature (torch.autograd.functional.hessian).
     """
     from torch.autograd.functional import hessian
 

@@ -1,6 +1,7 @@
-"""Tests of lib.authors_protocol: the authors' protocol details for rows 2 of Tables 1 and 3.
+"""Tests of lib.poisoning.authors_protocol: the authors' protocol details for rows 2 of Tables 1
+and 3.
 
-The torch loop is checked against the compiled loop of lib.poison_dynamics (same protocol in
+The torch loop is checked against the compiled loop of lib.poisoning.dynamics (same protocol in
 float64), the full-kernel gradient against autograd through a full d × d transition matrix, the
 initialization against the structure of the authors' code, and the resampling estimate against an
 exact enumeration.
@@ -16,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib import authors_protocol as ap
-from lib import poison_dynamics as pd
-from lib.authors_protocol import _full_kernel_gradient, _step_gradients
+from lib.poisoning import authors_protocol as ap
+from lib.poisoning import dynamics as pd
+from lib.poisoning.authors_protocol import _full_kernel_gradient, _step_gradients
 
 DT = torch.float64
 

@@ -181,7 +181,7 @@ def _document_with_glue(*texts: str) -> nodes.document:
 
 
 def test_glued_numbers_are_typeset_and_nan_reported():
-    pytest.importorskip("lib.typeset")
+    pytest.importorskip("lib.book.typeset")
     document = _document_with_glue("4.8e-04", "nan", "2.1e+10")
     bad = book_pages.typeset_glued_text(document)
     glued = [n.astext() for n in document.findall(nodes.inline)]

@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 import book_site  # noqa: E402
+import notebook_export  # noqa: E402
 
 URL = "https://github.com/owner/name"
 
@@ -33,7 +34,7 @@ def test_notebook_starts_with_the_install_cell(tmp_path):
     first, *rest = notebook["cells"]
     source = "".join(first["source"])
     assert first["cell_type"] == "code" and f'REPOSITORY = "{URL}"' in source
-    assert 'find_spec("lib.flow")' in source
+    assert 'find_spec("lib.engine.flow")' in source
     assert [c["cell_type"] for c in rest] == ["markdown", "code"]
     assert "".join(rest[1]["source"]) == "x = 1"
     assert notebook["metadata"]["kernelspec"]["name"] == "python3"
@@ -46,7 +47,7 @@ def test_notebook_starts_with_the_install_cell(tmp_path):
 def test_install_cell_does_nothing_where_lib_is_installed():
     # This test runs with lib installed (as in a clone after `make`): the cell must not clone.
     namespace: dict = {}
-    code = book_site.INSTALL_CELL.format(url="https://github.com/not/used")
+    code = notebook_export.INSTALL_CELL.format(url="https://github.com/not/used")
     exec(compile(code.replace("subprocess.run", "raise SystemExit  #"), "cell", "exec"), namespace)
     assert "target" not in namespace
 

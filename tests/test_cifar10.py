@@ -1,4 +1,4 @@
-"""Unit tests of the CIFAR-10 path: lib.data's loader of the "python version" batch files, on a
+"""Unit tests of the CIFAR-10 path: lib.book.data's loader of the "python version" batch files, on a
 tiny folder in exactly that format written by the test, and the Table-2 entry point end to end
 (load, train one epoch, brew a few steps, evaluate) on the CPU."""
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import data, s4d
+from lib.book import data
+from lib.ssm import s4d
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import cifar10_table2  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import s4d
+from lib.ssm import s4d
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import cifar10_table2  # noqa: E402

@@ -1,4 +1,4 @@
-"""Unit tests of lib.conv_nets: the adapted CNN of Elkabetz & Cohen 2021's Figure 3 as a
+"""Unit tests of lib.networks.conv_nets: the adapted CNN of Elkabetz & Cohen 2021's Figure 3 as a
 weight-sharing network (eq. (28)) against PyTorch's convolutions, footnote 27's operator norms,
 Lemma 23's bound and the norm differences conserved by gradient flow (Proposition 24)."""
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib import conv_nets, curvature
-from lib.flow import gradient_descent
+from lib.engine import curvature
+from lib.engine.flow import gradient_descent
+from lib.networks import conv_nets
 
 DT = torch.float64
 

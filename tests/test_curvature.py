@@ -1,12 +1,12 @@
-"""Unit tests of lib.curvature: Hessian-vector products and eigenvalues against autograd."""
+"""Unit tests of lib.engine.curvature: Hessian-vector products and eigenvalues against autograd."""
 
 import numpy as np
 import pytest
 import torch
 from conftest import DT, flat_hessian, ones
 
-import lib.curvature
-from lib.curvature import (
+import lib.engine.curvature
+from lib.engine.curvature import (
     dense_hessian,
     extreme_eigenvalues,
     hessian_vector_product,
@@ -98,15 +98,15 @@ def test_dense_hessian_equals_autograd_and_is_symmetric(gen, problem):
 
 @pytest.fixture
 def eigsh_calls(monkeypatch):
-    """Counts the Lanczos runs made by lib.curvature (to know which branch ran)."""
+    """Counts the Lanczos runs made by lib.engine.curvature (to know which branch ran)."""
     calls = []
-    original = lib.curvature._lanczos_extremes
+    original = lib.engine.curvature._lanczos_extremes
 
     def spy(*args, **kwargs):
         calls.append("lanczos")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(lib.curvature, "_lanczos_extremes", spy)
+    monkeypatch.setattr(lib.engine.curvature, "_lanczos_extremes", spy)
     return calls
 
 

@@ -1,11 +1,11 @@
-"""Unit tests of lib.data: the fixed, standardized subset of scikit-learn's bundled digits."""
+"""Unit tests of lib.book.data: the fixed, standardized subset of scikit-learn's bundled digits."""
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from lib.data import digits
+from lib.book.data import digits
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_digits_rejects_bad_input(n, every):
 
 @pytest.mark.parametrize("test_every", [1, 0, 2.0, True, None, 2**64])
 def test_digits_split_rejects_bad_input(test_every):
-    from lib.data import digits_split
+    from lib.book.data import digits_split
 
     with pytest.raises(ValueError, match="test_every"):
         digits_split(test_every=test_every)

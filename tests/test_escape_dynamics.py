@@ -1,5 +1,5 @@
-"""Tests of lib.escape_dynamics: the α → 0 limit of the training run, direction comparisons and
-weak balancedness (Bantzis, Simon & Jacot 2025, §2.1–2.2 and §5)."""
+"""Tests of lib.networks.escape_dynamics: the α → 0 limit of the training run, direction
+comparisons and weak balancedness (Bantzis, Simon & Jacot 2025, §2.1–2.2 and §5)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import escape_dynamics as ed
-from lib import saddles
-from lib.data import digits
-from lib.relu_nets import gaussian_weights
+from lib.book.data import digits
+from lib.networks import escape_dynamics as ed
+from lib.networks import saddles
+from lib.networks.relu_nets import gaussian_weights
 
 DT = torch.float64
 

@@ -1,5 +1,5 @@
-"""Unit tests of lib.extrapolation: the moment view against direct sums and quadrature theory, the
-closed-form fields against autograd, the balanced flow against the three-tensor flow (Lemma 6),
+"""Unit tests of lib.ssm.extrapolation: the moment view against direct sums and quadrature theory,
+the closed-form fields against autograd, the balanced flow against the three-tensor flow (Lemma 6),
 and the Adam driver against chained calls of the engine."""
 
 import math
@@ -9,7 +9,9 @@ import pytest
 import torch
 from conftest import DT, ones
 
-from lib.extrapolation import (
+from lib.engine.flow import gradient_descent, gradient_flow
+from lib.ssm.diagonal import impulse_response
+from lib.ssm.extrapolation import (
     balanced_descent_field,
     balanced_field,
     balanced_flow,
@@ -28,8 +30,6 @@ from lib.extrapolation import (
     tail_error,
     train_adam,
 )
-from lib.flow import gradient_descent, gradient_flow
-from lib.ssm import impulse_response
 
 # --- helpers: independent references ----------------------------------------------------------
 
@@ -268,18 +268,18 @@ def test_gradient_flow_hessian_in_log_time_lsoda(gen):
 def test_gradient_flow_hands_solver_the_jacobian_of_its_rhs(gen, monkeypatch, log_time):
     """The ``jac`` given to solve_ivp is the Jacobian of the ``fun`` given with it (in log time
     −e^τ H, not −H): checked by central differences of that very ``fun``."""
-    import lib.flow
+    import lib.engine.flow
 
     w, a, b = _balanced_problem(gen, d=3)
     gradient, jacobian = balanced_field(w, 5)
     captured = {}
-    real = lib.flow.solve_ivp
+    real = lib.engine.flow.solve_ivp
 
     def spy(fun, span, y0, **options):
         captured.update(fun=fun, jac=options["jac"], y0=y0)
         return real(fun, span, y0, **options)
 
-    monkeypatch.setattr(lib.flow, "solve_ivp", spy)
+    monkeypatch.setattr(lib.engine.flow, "solve_ivp", spy)
     gradient_flow(
         None,
         {"a": a, "b": b},

@@ -1,10 +1,10 @@
-"""Unit tests of the GRU teacher/student helpers of lib.extrapolation (the paper's §5.3)."""
+"""Unit tests of the GRU teacher/student helpers of lib.ssm.extrapolation (the paper's §5.3)."""
 
 import numpy as np
 import pytest
 import torch
 
-from lib.extrapolation import GRUNet, gru_tail_error, gru_teacher, train_gru_student
+from lib.ssm.extrapolation import GRUNet, gru_tail_error, gru_teacher, train_gru_student
 
 DT = torch.float64
 

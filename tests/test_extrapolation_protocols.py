@@ -1,7 +1,8 @@
-"""Tests of lib.extrapolation_protocols: the paper's losses, schedule, teachers and early stopping.
+"""Tests of lib.ssm.extrapolation_protocols: the paper's losses, schedule, teachers and early
+stopping.
 
-The compiled loop is compared with independent computations: lib.extrapolation's compiled Adam on
-the population loss, and PyTorch's own Adam (with its MultiStepLR) on losses written out with
+The compiled loop is compared with independent computations: lib.ssm.extrapolation's compiled Adam
+on the population loss, and PyTorch's own Adam (with its MultiStepLR) on losses written out with
 autograd. Tolerances: the same float64 arithmetic in another order agrees to ~1e-15 per step; a
 few hundred Adam steps amplify that to ~1e-13, so 1e-10 leaves room without hiding a wrong
 gradient (which moves the iterates by the learning rate, 1e-2, within one step).
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import extrapolation as ex
-from lib import extrapolation_protocols as xp
+from lib.ssm import extrapolation as ex
+from lib.ssm import extrapolation_protocols as xp
 
 DT = torch.float64
 

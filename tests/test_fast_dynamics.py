@@ -1,4 +1,5 @@
-"""The compiled training loops of lib.fast_dynamics against the torch engine (lib.flow).
+"""The compiled training loops of lib.poisoning._dynamics_kernels against the torch engine
+(lib.engine.flow).
 
 The two engines compute the same protocol along different computation paths (the order of sums
 differs), so they agree up to float64 rounding, not bit for bit. How far that carries depends on the
@@ -15,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from lib import poison_dynamics as pdyn
+from lib.poisoning import dynamics as pdyn
 
 TOL = 1e-10  # the agreement the compiled engine promises; the measured gap is below 1e-12 here
 HORIZON = 200

@@ -1,4 +1,5 @@
-"""The compiled paths of lib.extrapolation (lib.fast_extrapolation) against the torch engine.
+"""The compiled paths of lib.ssm.extrapolation (lib.ssm._extrapolation_kernels) against the torch
+engine.
 
 Both engines compute the same equations along different computation paths (the order of sums
 differs, and the compiled Adam divides where torch divides a tensor), so they agree up to float64
@@ -19,8 +20,8 @@ import pytest
 import torch
 from conftest import DT, ones
 
-from lib import extrapolation as ex
-from lib import fast_extrapolation as fx
+from lib.ssm import _extrapolation_kernels as fx
+from lib.ssm import extrapolation as ex
 
 KERNEL_TOL = 1e-12
 ADAM_TOL = 1e-10

@@ -1,15 +1,20 @@
-"""Unit tests of lib.fast_nets: the compiled descent against the torch engine (lib.flow with
-autograd on lib.linear_nets.cross_entropy, or with its closed-form gradient)."""
+"""Unit tests of lib.networks._linear_kernels: the compiled descent against the torch engine
+(lib.engine.flow with autograd on lib.networks.linear_nets.cross_entropy, or with its closed-form
+gradient)."""
 
 import numpy as np
 import pytest
 import torch
 from conftest import DT, ones
 
-from lib.data import digits
-from lib.fast_nets import cross_entropy_descent
-from lib.flow import gradient_descent
-from lib.linear_nets import cross_entropy, cross_entropy_gradient, xavier_init
+from lib.book.data import digits
+from lib.engine.flow import gradient_descent
+from lib.networks.linear_nets import (
+    cross_entropy,
+    cross_entropy_descent,
+    cross_entropy_gradient,
+    xavier_init,
+)
 
 
 def _assert_same_run(fast, reference, *, rtol=1e-10):

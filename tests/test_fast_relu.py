@@ -1,10 +1,11 @@
-"""The compiled loops of lib.fast_relu against the numpy and torch paths they replace.
+"""The compiled loops of lib.networks._saddle_kernels against the numpy and torch paths they
+replace.
 
-The compiled loops compute the same iterations as lib.saddles' numpy loops and lib.flow's
-gradient descent; only the order of floating-point sums differs (rows split into vector lanes,
-BLAS or hand-written products). Trajectories therefore agree up to rounding, which these short
-runs (300 steps, fixed seeds) amplify by far less than the 1e-10 promised. Both product paths
-(BLAS and loops) are checked.
+The compiled loops compute the same iterations as lib.networks.saddles' numpy loops and
+lib.engine.flow's gradient descent; only the order of floating-point sums differs (rows split into
+vector lanes, BLAS or hand-written products). Trajectories therefore agree up to rounding, which
+these short runs (300 steps, fixed seeds) amplify by far less than the 1e-10 promised. Both product
+paths (BLAS and loops) are checked.
 """
 
 import math
@@ -13,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import fast_relu, flow, saddles
-from lib.data import digits
+from lib.book.data import digits
+from lib.engine import flow
+from lib.networks import _saddle_kernels as fast_relu
+from lib.networks import saddles
 
 TOL = 1e-10  # relative agreement promised by the compiled loops (order of sums only)
 

@@ -1,4 +1,5 @@
-"""Unit tests of lib.flow: gradient flow against exact solutions, gradient descent against loops."""
+"""Unit tests of lib.engine.flow: gradient flow against exact solutions, gradient descent against
+loops."""
 
 import math
 
@@ -9,7 +10,7 @@ from conftest import DT, ones
 from scipy.linalg import expm
 from scipy.optimize import brentq
 
-from lib.flow import Trajectory, gradient_descent, gradient_flow
+from lib.engine.flow import Trajectory, gradient_descent, gradient_flow
 
 
 def _quadratic(gen, n=4):
@@ -624,7 +625,7 @@ def test_valid_joint_call_of_the_bad_input_table_runs():
 
 
 def test_log_grid():
-    from lib.flow import log_grid
+    from lib.engine.flow import log_grid
 
     grid = log_grid(1e11, 5)
     np.testing.assert_allclose(grid, [0.0, *np.logspace(-2, 11, 4)], rtol=1e-12)

@@ -171,7 +171,7 @@ def test_every_valid_call_gives_a_finite_answer():
 )
 def test_impulse_response_agrees_with_its_definition(a, bc, length):
     """On valid inputs of any size: h_k = Σ_j c_j b_j a_j^k, computed term by term."""
-    from lib.ssm import impulse_response
+    from lib.ssm.diagonal import impulse_response
 
     a = torch.from_numpy(a)
     b = torch.from_numpy(bc[: a.numel()].copy())
@@ -190,7 +190,7 @@ def test_impulse_response_agrees_with_its_definition(a, bc, length):
 )
 def test_lanczos_finds_both_ends_of_a_diagonal_spectrum(size, fraction, weights):
     """A loss that uses part of its parameters: the Hessian has a zero block; Lanczos finds it."""
-    from lib.curvature import extreme_eigenvalues
+    from lib.engine.curvature import extreme_eigenvalues
 
     used = int(fraction * size)
     scales = torch.from_numpy(np.resize(weights, size))
@@ -207,9 +207,9 @@ def test_lanczos_finds_both_ends_of_a_diagonal_spectrum(size, fraction, weights)
 
 
 def test_the_shared_converters_of_the_input_classes():
-    """lib._checks' converters that fix a class once (the fuzz reaches them through every case;
-    here their contracts, directly)."""
-    from lib._checks import as_array, as_device, check_closure_params, closure_number
+    """lib.engine.validation' converters that fix a class once (the fuzz reaches them through every
+    case; here their contracts, directly)."""
+    from lib.engine.validation import as_array, as_device, check_closure_params, closure_number
 
     grad = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
     assert as_array(grad, "x").tolist() == [1.0, 2.0]  # values, not numpy's RuntimeError

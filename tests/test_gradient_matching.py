@@ -1,14 +1,14 @@
-"""Unit tests of lib.gradient_matching: constraints of the poisons, the per-row regularizer, the
-metrics, and the rejection of bad input."""
+"""Unit tests of lib.poisoning.gradient_matching: constraints of the poisons, the per-row
+regularizer, the metrics, and the rejection of bad input."""
 
 import math
 
 import pytest
 import torch
 
-from lib import gradient_matching as gm
-from lib import s4d
-from lib.data import digits_split
+from lib.book.data import digits_split
+from lib.poisoning import gradient_matching as gm
+from lib.ssm import s4d
 
 DT = torch.float64
 
@@ -275,7 +275,7 @@ def test_matching_loss_of_the_brew_is_its_reported_loss_and_beats_random(setting
 
 
 def _families():
-    from lib import mlp_victim as mv
+    from lib.poisoning import mlp_victim as mv
 
     s4d_cfg = s4d.S4DConfig(channels=4, state=4, layers=1)
     return {

@@ -1,8 +1,10 @@
 """The attacks of the grading red team (ssm-basics and poisoning-theorem), each a test that it
 scores what its honest work earns; each attack that still worked is named by its number there.
 
-- shortcuts a forbid list did not name (n06: ``lib.ssm._response``, ``square_loss_gradient``;
-  n07: ``lib.extrapolation_protocols.impulse_responses``, a fresh ``torch._C._ImperativeEngine``)
+- shortcuts a forbid list did not name (n06: ``lib.ssm.diagonal._response``,
+``square_loss_gradient``;
+  n07: ``lib.ssm.extrapolation_protocols.impulse_responses``, a fresh
+  ``torch._C._ImperativeEngine``)
 - defeating the in-process swap (n02: hidden inputs read from the harness's frames and answered
   early; n03: the forbidden code kept aside; n04: the swap switched off through the harness's
   globals; n05b: a second record written after "done" from an exit handler)
@@ -62,13 +64,13 @@ def _result_fd():
 
 SSM_ATTACKS = {
     "n06_unlisted_helper": """
-from lib.ssm import _response
+from lib.ssm.diagonal import _response
 def step_response(a, b, c, length):
     return _response(a, b, c, length).cumsum(-1)
 """,
     "n07_other_public_form": """
 import torch
-from lib.extrapolation_protocols import impulse_responses
+from lib.ssm.extrapolation_protocols import impulse_responses
 def step_response(a, b, c, length):
     params = {"A": torch.diag(a)[None], "B": b[None], "C": c[None]}
     return impulse_responses("general", params, length)[0].cumsum(-1)
@@ -77,7 +79,7 @@ def step_response(a, b, c, length):
     + """
 import json
 import torch
-from lib.ssm import impulse_response
+from lib.ssm.diagonal import impulse_response
 _cache = {}
 _frame = _harness_frame()
 if _frame is not None:
@@ -100,7 +102,7 @@ def step_response(a, b, c, length):
 """,
     "n03_code_kept_aside": """
 import types
-from lib.ssm import impulse_response
+from lib.ssm.diagonal import impulse_response
 try:
     _kept = types.FunctionType(impulse_response.__code__, impulse_response.__globals__)
 except AttributeError:
@@ -110,7 +112,7 @@ def step_response(a, b, c, length):
 """,
     "n04_switch_off": FIND_JOB
     + """
-from lib.ssm import impulse_response
+from lib.ssm.diagonal import impulse_response
 _frame = _harness_frame()
 if _frame is not None:
     for name, thing in list(_frame.f_globals.items()):
@@ -124,7 +126,7 @@ def step_response(a, b, c, length):
     + FIND_JOB
     + """
 import atexit, json, os
-from lib.ssm import impulse_response
+from lib.ssm.diagonal import impulse_response
 _fd = os.dup(_result_fd())
 _frame = _harness_frame()
 _job = _frame.f_locals["job"] if _frame else {"variants": []}
@@ -145,7 +147,7 @@ def step_response(a, b, c, length):
 PT_ATTACKS = {
     "n06_square_loss_gradient": """
 import torch
-from lib.ssm import square_loss_gradient, unit_impulse
+from lib.ssm.diagonal import square_loss_gradient, unit_impulse
 def poisoned_velocity(a, kappa, p):
     a = torch.as_tensor(a, dtype=torch.float64)
     x = torch.cat([unit_impulse(kappa, 1).reshape(1, -1), unit_impulse(kappa, p).reshape(1, -1)])

@@ -250,7 +250,10 @@ def test_malformed_files_are_one_row_each(graded):
 
 def test_forbidden_functions_are_absent_under_any_alias(graded):
     log = (graded["folder"] / "grading-logs" / "forbidden_alias.txt").read_text(encoding="utf-8")
-    assert "lib.flow.gradient_descent is absent while this question's hidden tests run" in log
+    assert (
+        "lib.engine.flow.gradient_descent is absent while this question's hidden tests run"
+        in log
+    )
     feedback = (graded["folder"] / "feedback" / "forbidden_alias.txt").read_text(encoding="utf-8")
     assert "public test diagonal: passed" in feedback  # the same answer, where it is allowed
 

@@ -1,5 +1,6 @@
-"""lib.keras_streams and lib.greedy_learning: the rebuilt random streams, the gradients, the two
-forms of the adaptive step, the compiled loop against the numpy reference, and the authors' runs.
+"""lib.poisoning.keras_streams and lib.poisoning.greedy_learning: the rebuilt random streams, the
+gradients, the two forms of the adaptive step, the compiled loop against the numpy reference, and
+the authors' runs.
 
 Tolerances. The compiled loop and the numpy reference compute the same protocol along different
 paths (sums in other orders; the full-matrix gradient norm through K × K matrices in one, the d × d
@@ -15,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import greedy_learning as gl
-from lib import keras_streams as ks
+from lib.poisoning import greedy_learning as gl
+from lib.poisoning import keras_streams as ks
 
 DT = torch.float64
 
@@ -80,8 +81,8 @@ def test_authors_initialization_structure():
 
 
 def test_book_initialization_is_poison_dynamics_one():
-    """The book's streams are those of lib.poison_dynamics (the chapter's Figure-2 runs)."""
-    from lib import poison_dynamics as pdyn
+    """The book's streams are those of lib.poisoning.dynamics (the chapter's Figure-2 runs)."""
+    from lib.poisoning import dynamics as pdyn
 
     for seed in (0, 5):
         ours = gl.greedy_init(gl.FIGURE2, seed)
@@ -120,7 +121,7 @@ def _full_matrix_loss(a, b, c, x, y, w):
 
 @pytest.mark.parametrize("kappa", [2, 6, 10])
 def test_gradients_and_full_matrix_norm_against_autograd(kappa):
-    from lib.fast_greedy import _full_matrix_norm, _loss_and_gradient
+    from lib.poisoning._greedy_kernels import _full_matrix_norm, _loss_and_gradient
 
     gen = torch.Generator().manual_seed(kappa)
     d, n = 5, 7

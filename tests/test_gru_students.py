@@ -1,4 +1,4 @@
-"""Tests of lib.gru_students: the batched GRU is PyTorch's GRU, runs do not interact, and the
+"""Tests of lib.ssm.gru_students: the batched GRU is PyTorch's GRU, runs do not interact, and the
 training length of a run is the output it learns.
 
 In float64 the same arithmetic in another order agrees to ~1e-15 per operation; a few dozen Adam
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lib import gru_students as gs
+from lib.ssm import gru_students as gs
 
 DT = torch.float64
 TARGET = torch.tensor([0.8**j * np.cos(0.6 * j) for j in range(12)], dtype=DT)

@@ -1,4 +1,4 @@
-"""The reproductions ledger (lib/ledger.py): the rule that earns every status, pinned on worked
+"""The reproductions ledger (lib/book/ledger.py): the rule that earns every status, pinned on worked
 cases; the check that catches a moved number or a status not earned; the committed ledger's
 coverage; and the links from statements to their checks."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lib import ledger
+from lib.book import ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"

@@ -1,5 +1,6 @@
-"""Unit tests of lib.linear_nets: deep linear networks of Elkabetz & Cohen 2021 against explicit
-formulas, numpy and autograd (Procedure 13, Lemmas 7 and 35, Prop. 6, Theorem 15, balancedness)."""
+"""Unit tests of lib.networks.linear_nets: deep linear networks of Elkabetz & Cohen 2021 against
+explicit formulas, numpy and autograd (Procedure 13, Lemmas 7 and 35, Prop. 6, Theorem 15,
+balancedness)."""
 
 import itertools
 import math
@@ -9,9 +10,9 @@ import pytest
 import torch
 from conftest import DT, flat_hessian, ones
 
-from lib.data import digits
-from lib.flow import gradient_descent, gradient_flow
-from lib.linear_nets import (
+from lib.book.data import digits
+from lib.engine.flow import gradient_descent, gradient_flow
+from lib.networks.linear_nets import (
     as_params,
     balance_matrices,
     balanced_init,
@@ -28,7 +29,7 @@ from lib.linear_nets import (
     unbalancedness,
     xavier_init,
 )
-from lib.relu_nets import relu_network
+from lib.networks.relu_nets import relu_network
 
 
 def _random_weights(gen, widths, scale=1.0):

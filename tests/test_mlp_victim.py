@@ -1,10 +1,11 @@
-"""Unit tests of lib.mlp_victim: shapes, independent runs, fitting the digits, bad input."""
+"""Unit tests of lib.poisoning.mlp_victim: shapes, independent runs, fitting the digits, bad
+input."""
 
 import pytest
 import torch
 
-from lib import mlp_victim as mv
-from lib.data import digits_split
+from lib.book.data import digits_split
+from lib.poisoning import mlp_victim as mv
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,7 @@ def test_bibliography_entries(tmp_path):
 
 
 def test_glue_with_a_format_spec(ctx):
-    # 0.000123456 with .2e is "1.23e-04", written as a power of ten by lib.typeset.scientific
+    # 0.000123456 with .2e is "1.23e-04", written as a power of ten by lib.book.typeset.scientific
     assert convert("rate {glue:text}`rate:.2e` here", ctx) == f"rate 1.23{NBSP}×{NBSP}10⁻⁴ here"
     assert convert("{glue:text}`rate:.3f`", ctx) == "0.000"
     assert convert("{glue:text}`seeds` seeds, {glue:text}`seeds:d`", ctx) == "32 seeds, 32"

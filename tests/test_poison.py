@@ -1,5 +1,5 @@
-"""Unit tests of lib.poison: the Theorem-1 closed forms against lib.ssm and autograd, the flows
-against the paper's lemmas, and the dynamics experiments against single runs."""
+"""Unit tests of lib.poisoning.theorem1: the Theorem-1 closed forms against lib.ssm.diagonal and
+autograd, the flows against the paper's lemmas, and the dynamics experiments against single runs."""
 
 import math
 
@@ -9,8 +9,18 @@ import torch
 from conftest import DT, ones
 from scipy.optimize import brentq
 
-from lib.flow import gradient_descent
-from lib.poison import (
+from lib.engine.flow import gradient_descent
+from lib.poisoning.dynamics import (
+    FIGURE2_SSM,
+    FIGURE2_SSM_MLP,
+    TABLE1_ROW3,
+    dynamics_data,
+    dynamics_init,
+    ssm_mlp_loss_gradient,
+    ssm_mlp_output,
+    train_dynamics,
+)
+from lib.poisoning.theorem1 import (
     conserved_quantity,
     escape_time,
     saddle_hessian_eigenvalues,
@@ -25,17 +35,14 @@ from lib.poison import (
     theorem1_velocity,
     tie_gap,
 )
-from lib.poison_dynamics import (
-    FIGURE2_SSM,
-    FIGURE2_SSM_MLP,
-    TABLE1_ROW3,
-    dynamics_data,
-    dynamics_init,
-    ssm_mlp_loss_gradient,
-    ssm_mlp_output,
-    train_dynamics,
+from lib.ssm.diagonal import (
+    SSM,
+    square_loss,
+    ssm_output,
+    ssm_recurrence,
+    theorem1_teacher,
+    unit_impulse,
 )
-from lib.ssm import SSM, square_loss, ssm_output, ssm_recurrence, theorem1_teacher, unit_impulse
 
 # --- initialization protocol ------------------------------------------------------------------
 
@@ -222,7 +229,7 @@ def test_theorem1_flow_batched_equals_single():
 def test_compiled_velocity_and_jacobian_are_the_closed_forms(kappa, poisoned):
     """The compiled right-hand side is e^τ times eq. (21)/(23), its Jacobian e^τ times minus the
     autograd Hessian of eq. (20)/(22), block diagonal over stacked runs (to rounding: 1e-12)."""
-    from lib.poison import _theorem1_log_time_jacobian, _theorem1_log_time_velocity
+    from lib.poisoning.theorem1 import _theorem1_log_time_jacobian, _theorem1_log_time_velocity
 
     runs, d, tau = 3, 6, 1.7
     a = torch.rand(runs, d, generator=torch.Generator().manual_seed(kappa), dtype=DT) * 0.8 - 0.2
@@ -278,7 +285,7 @@ def test_compiled_flow_agrees_with_the_engine_past_the_saddle():
 
 
 def test_compiled_flow_reports_what_it_cannot_integrate():
-    from lib._checks import NumericalFailure
+    from lib.engine.validation import NumericalFailure
 
     with pytest.raises(ValueError, match="engine"):
         theorem1_flow(ones(3) * 0.01, 7, poisoned=False, horizon=1.0, engine="numba")
@@ -498,7 +505,7 @@ def _mlp_params(gen, runs, d, hidden):
 
 
 def _reference_mlp_output(params, x):
-    """Run by run: z = lib.ssm.ssm_output, then D_out relu(D_hidden relu(D_in z))."""
+    """Run by run: z = lib.ssm.diagonal.ssm_output, then D_out relu(D_hidden relu(D_in z))."""
     out = []
     for r in range(x.shape[0]):
         z = ssm_output(params["a"][r], params["b"][r], params["c"][r], x[r])  # (n,)
@@ -746,7 +753,7 @@ def test_theorem1_init_rejects_a_gap_above_the_largest_entry():
 
 def test_poisoning_window_matches_single_runs():
     """Each cell of the sweep is the error of the two flows from the corresponding init."""
-    from lib.poison import escape_time, poisoning_window, theorem1_error, theorem1_flow
+    from lib.poisoning.theorem1 import escape_time, poisoning_window, theorem1_error, theorem1_flow
 
     d, kappa, seeds = 8, 7, [0, 1]
     window = poisoning_window(d, kappa, seeds, init_scales=[0.05], relative_gaps=[None, 0.0])
@@ -767,7 +774,7 @@ def test_poisoning_window_matches_single_runs():
 
 
 def test_table_settings_follow_the_papers_tables_10_to_13():
-    from lib.poison_dynamics import TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3
+    from lib.poisoning.dynamics import TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3
 
     for setting in (TABLE1_ROW2, TABLE1_ROW3, TABLE3_ROW2, TABLE3_ROW3):
         # the special entry sits at the penultimate position only (Table 10)
@@ -786,7 +793,7 @@ def test_table_settings_follow_the_papers_tables_10_to_13():
 
 
 def test_row_metrics_against_direct_computation():
-    from lib.poison_dynamics import TABLE1_ROW2, TABLE1_ROW3, impulse_error, relative_test_error
+    from lib.poisoning.dynamics import TABLE1_ROW2, TABLE1_ROW3, impulse_error, relative_test_error
 
     runs = train_dynamics(TABLE1_ROW2, [0], max_steps=20)
     final = runs.trajectory.final
@@ -809,7 +816,7 @@ def test_row_metrics_against_direct_computation():
 
 
 def test_dynamics_runs_index_active_and_gamma0():
-    from lib.ssm import characterization_coefficients
+    from lib.ssm.diagonal import characterization_coefficients
 
     runs = train_dynamics(FIGURE2_SSM, [0, 1], max_steps=40, record_every=10)
     assert runs.index(1, None) == 2 and runs.index(0, 1.0) == 1
@@ -831,7 +838,7 @@ def test_dynamics_runs_index_active_and_gamma0():
 def test_theorem1_hessian_is_the_jacobian_of_the_gradient(poisoned):
     """The closed-form Jacobian handed to LSODA equals autograd's Jacobian of the gradient map,
     block-diagonal over a batch of runs."""
-    from lib.poison import _theorem1_gradient, _theorem1_hessian
+    from lib.poisoning.theorem1 import _theorem1_gradient, _theorem1_hessian
 
     kappa = 7
     a = torch.tensor([[0.4, 0.3, 0.1, 0.05], [0.2, 0.19, 0.02, 0.6]], dtype=DT)
@@ -854,7 +861,7 @@ def test_theorem1_hessian_is_the_jacobian_of_the_gradient(poisoned):
 def test_dynamics_init_without_forced_tie_keeps_the_random_gaps():
     import dataclasses
 
-    from lib.poison_dynamics import TABLE1_ROW2
+    from lib.poisoning.dynamics import TABLE1_ROW2
 
     untied = dataclasses.replace(TABLE1_ROW2, tie_exponent=None)
     tied, free = dynamics_init(TABLE1_ROW2, 3), dynamics_init(untied, 3)

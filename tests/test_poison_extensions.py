@@ -1,8 +1,8 @@
-"""Tests of lib.poison_extensions: the paper's App. A (Slutzky et al. 2025).
+"""Tests of lib.poisoning.appendix_a: the paper's App. A (Slutzky et al. 2025).
 
 The compiled flow is checked against independent computations: its velocity against autograd of
-lib.ssm.square_loss, its Jacobian against central finite differences of the velocity, and the
-flow with B and C fixed against lib.poison.theorem1_flow.
+lib.ssm.diagonal.square_loss, its Jacobian against central finite differences of the velocity, and
+the flow with B and C fixed against lib.poisoning.theorem1.theorem1_flow.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import poison, ssm
-from lib import poison_extensions as ext
-from lib.poison_extensions import _log_time_jacobian, _log_time_velocity
+from lib.poisoning import appendix_a as ext
+from lib.poisoning import theorem1 as poison
+from lib.poisoning.appendix_a import _log_time_jacobian, _log_time_velocity
+from lib.ssm import diagonal as ssm
 
 DT = torch.float64
 D, KAPPA = 10, 7

@@ -1,11 +1,12 @@
-"""Unit tests of lib.relu_nets: bias-free ReLU networks against explicit loops, Gaussian weights."""
+"""Unit tests of lib.networks.relu_nets: bias-free ReLU networks against explicit loops, Gaussian
+weights."""
 
 import numpy as np
 import pytest
 import torch
 from conftest import DT, ones
 
-from lib.relu_nets import gaussian_weights, relu_network, relu_network_gradient
+from lib.networks.relu_nets import gaussian_weights, relu_network, relu_network_gradient
 
 
 def _reference(weights, inputs):

@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import reproduce  # noqa: E402
 import tasks as taskrun  # noqa: E402
 
-from lib import results as lib_results  # noqa: E402
-from lib.results import _plain  # noqa: E402
+from lib.book import results as lib_results  # noqa: E402
+from lib.book.results import _plain  # noqa: E402
 
 
 def _text(outputs: dict) -> str:
@@ -232,7 +232,8 @@ def test_the_s4d_victim_trains_on_the_gpu_as_on_the_cpu(monkeypatch):
     """BOOK_DEVICE=cuda: the victim trains on the GPU and returns CPU tensors close to the CPU
     run's (float32 on both; cuDNN/cuBLAS sum in another order, so 1e-3 relative after a few
     steps, far below the O(1) logit gaps that decisions rest on)."""
-    from lib import data, s4d
+    from lib.book import data
+    from lib.ssm import s4d
 
     x, y = data.digits(64)
     config = s4d.S4DConfig(channels=4, state=4, layers=1)

@@ -10,8 +10,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import reproduce_poisoning_real_data as rp  # noqa: E402
 
-from lib import data, s4d  # noqa: E402
-from lib.results import _plain  # noqa: E402
+from lib.book import data  # noqa: E402
+from lib.book.results import _plain  # noqa: E402
+from lib.ssm import s4d  # noqa: E402
 
 
 def test_draw_targets_follow_the_chapter_rule():

@@ -1,4 +1,5 @@
-"""lib.results: committed result files of the long runs (written by benchmarks/reproduce.py)."""
+"""lib.book.results: committed result files of the long runs (written by
+benchmarks/reproduce.py)."""
 
 import json
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import results
+from lib.book import results
 
 
 @pytest.fixture

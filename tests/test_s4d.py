@@ -1,17 +1,17 @@
-"""Unit tests of lib.s4d: the S4D kernel against its recurrence, the Toeplitz convolution, and
+"""Unit tests of lib.ssm.s4d: the S4D kernel against its recurrence, the Toeplitz convolution, and
 independent runs trained in one batch."""
 
 import numpy as np
 import pytest
 import torch
 
-from lib import s4d
-from lib.data import digits_split
+from lib.book.data import digits_split
+from lib.ssm import s4d
 
 DT = torch.float64
 
-# lib.s4d.logits(init_params(S4DConfig(channels=4, state=4, layers=2), [0]), digits[:2])[0, :, :3]
-# computed with lib/s4d.py as of commit b575efb (one input channel, Toeplitz only)
+# lib.ssm.s4d.logits(init_params(S4DConfig(channels=4, state=4, layers=2), [0]), digits[:2])[0, :,
+# :3] computed with lib/ssm/s4d.py as of commit b575efb (one input channel, Toeplitz only)
 PINNED_DIGITS_LOGITS = [
     [0.3576672375202179, 0.5748685002326965, -0.35232529044151306],
     [0.36878761649131775, 0.5546274781227112, -0.3485053479671478],
@@ -158,7 +158,7 @@ def _as64(params):
 
 @pytest.mark.parametrize("length", [128, 256, 512])
 def test_fft_and_toeplitz_paths_agree_around_the_crossover(length, gen):
-    # lengths on both sides of lib.s4d.FFT_MIN_LENGTH; float64 parameters and inputs, so the two
+    # lengths on both sides of lib.ssm.s4d.FFT_MIN_LENGTH; float64 parameters and inputs, so the two
     # paths differ by rounding only: the FFT's error is ~1e-16 · log2(2L) · max|values| per sum
     cfg = s4d.S4DConfig(channels=4, state=4, layers=2)
     p = {k: v.requires_grad_() for k, v in _as64(s4d.init_params(cfg, [0, 1])).items()}

@@ -1,10 +1,10 @@
-"""Unit tests of lib.s4d_ops: the closed-form first and second derivatives of GELU, the channel
-layer norm and the Toeplitz matrix, against autograd of the plain formulas (float64)."""
+"""Unit tests of lib.ssm._s4d_kernels: the closed-form first and second derivatives of GELU, the
+channel layer norm and the Toeplitz matrix, against autograd of the plain formulas (float64)."""
 
 import pytest
 import torch
 
-from lib import s4d_ops
+from lib.ssm import _s4d_kernels as s4d_ops
 
 DT = torch.float64
 

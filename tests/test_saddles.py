@@ -1,4 +1,4 @@
-"""Tests of lib.saddles against closed forms (Bantzis, Simon & Jacot 2025)."""
+"""Tests of lib.networks.saddles against closed forms (Bantzis, Simon & Jacot 2025)."""
 
 import math
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from lib import flow, saddles
+from lib.engine import flow
+from lib.networks import saddles
 
 DT = torch.float64
 
@@ -234,7 +235,7 @@ def test_log_stable_rank_budget_of_prop34(circle):
 
 
 def test_cross_entropy_gradient_and_digits_run():
-    from lib.data import digits
+    from lib.book.data import digits
 
     x, y = digits(60, every=20)
     G = saddles.cross_entropy_gradient(y, 10)

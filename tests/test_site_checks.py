@@ -36,7 +36,7 @@ def png(width: int = 40, height: int = 20, **texts: str) -> bytes:
 
 
 def lib_viz_png(font_pt: str = "8", dpi: str = "200", width: int = 40) -> bytes:
-    """A PNG with lib.viz's two chunks."""
+    """A PNG with lib.book.viz's two chunks."""
     return png(width, 20, **{"book:min-font-pt": font_pt, "book:dpi": dpi})
 
 
@@ -73,7 +73,7 @@ def test_prose_problems_find_each_kind(text, what):
         "none of the seeds diverged",  # English, lowercase
         "None of the seeds diverged.",  # English, at the start of a sentence
         "Nonetheless the nanoscale banana",  # words that contain the letters
-        "a step of 4.8 × 10⁻⁴ is enough",  # typeset by lib/typeset.py
+        "a step of 4.8 × 10⁻⁴ is enough",  # typeset by lib/book/typeset.py
         "see e.g. section 3e, and 1 e 5",  # no digit-e-digit token
         "the model x1e5 and 0xe5",  # not a number on its own
         "steps from 1 to 10, from 0.5 to 0.55 and 1 to 1.5",  # ranges that are ranges
@@ -349,7 +349,7 @@ def test_check_images_thresholds(tmp_path):
     assert site_test.check_images([image(uri, 360)], pngs, True, 390).notes == []
     # no chunks: a failure on a chapter page only; alt text judged at 1280 only
     assert (
-        "not made by lib.viz"
+        "not made by lib.book.viz"
         in site_test.check_images([image(bare, 400)], pngs, True, 1280).failures[0]
     )
     assert site_test.check_images([image(bare, 400)], pngs, False, 1280).failures == []
@@ -538,7 +538,7 @@ def test_run_in_chromium_finds_each_fault(tmp_path):
     assert chapter.count("px wide, its column") == 2
     assert other.count("px wide, its column") == 1 and "at 1280 px" in other
     assert "stale entry" in other and "x = 2" in other
-    # alt text, lib.viz's chunks, the explorations' marks, the footer's link
+    # alt text, lib.book.viz's chunks, the explorations' marks, the footer's link
     assert "alt text is a file name" in chapter
     assert "(#good)" not in chapter  # the good figure: 9 pt * 200/72 * 300 px/300 px = 25 px
     assert "no book:min-font-pt" not in chapter  # not a chapter page: no notebook link

@@ -1,4 +1,4 @@
-"""Tests of lib.viz's multi-slider figure (what explore shows in the built book)."""
+"""Tests of lib.book.viz's multi-slider figure (what explore shows in the built book)."""
 
 import base64
 import json
@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from lib import viz  # noqa: E402
+from lib.book import viz  # noqa: E402
 
 ALT = "a titled empty plot for the chosen amplitude and shape"
 

@@ -1,4 +1,5 @@
-"""Unit tests of lib.ssm: closed forms against brute force, Proposition 1 against autograd."""
+"""Unit tests of lib.ssm.diagonal: closed forms against brute force, Proposition 1 against
+autograd."""
 
 import math
 
@@ -7,8 +8,8 @@ import pytest
 import torch
 from conftest import DT, ones, random_ssm
 
-from lib import ssm
-from lib.ssm import (
+from lib.ssm import diagonal as ssm
+from lib.ssm.diagonal import (
     SSM,
     baseline_and_special,
     characterization_coefficients,

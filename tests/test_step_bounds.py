@@ -1,6 +1,6 @@
-"""Unit tests of lib.step_bounds: the step sizes, times and iteration counts of Elkabetz & Cohen
-2021 (Corollary 4, eqs. (21), (24), (34)-(36)) against hand-computed values and against gradient
-descent and gradient flow, and the balanced point of Lemma 31."""
+"""Unit tests of lib.networks.step_bounds: the step sizes, times and iteration counts of Elkabetz &
+Cohen 2021 (Corollary 4, eqs. (21), (24), (34)-(36)) against hand-computed values and against
+gradient descent and gradient flow, and the balanced point of Lemma 31."""
 
 import math
 import sys
@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from lib import linear_nets, step_bounds
+from lib.networks import linear_nets, step_bounds
 
 DT = torch.float64
 

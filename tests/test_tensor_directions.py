@@ -1,5 +1,5 @@
-"""Tests of lib.tensor_directions: data tensors, eq. (2), Theorem 1's singular tuples, Theorem 3 /
-Corollary 4's closed-form trajectory and limit, Corollary 6 off even data, Corollary 7.
+"""Tests of lib.networks.tensor_directions: data tensors, eq. (2), Theorem 1's singular tuples,
+Theorem 3 / Corollary 4's closed-form trajectory and limit, Corollary 6 off even data, Corollary 7.
 
 Tolerances: 1e-12 for identities computed two ways in float64 (sums of a few dozen products of
 order one); 1e-8 for comparisons with gradient flow (LSODA at rtol 1e-12 on a few thousand steps).
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib import tensor_directions as td
-from lib import tensor_nets as tn
-from lib.flow import gradient_flow, log_grid
+from lib.engine.flow import gradient_flow, log_grid
+from lib.networks import tensor_directions as td
+from lib.networks import tensor_nets as tn
 
 
 def correlate(a, w):

@@ -1,4 +1,5 @@
-"""Tests of lib.tensor_nets: the closed forms of Yun et al. 2021 against gradient flow and GD."""
+"""Tests of lib.networks.tensor_nets: the closed forms of Yun et al. 2021 against gradient flow and
+GD."""
 
 import numpy as np
 import pytest
@@ -6,8 +7,8 @@ import torch
 from scipy.integrate import quad, solve_ivp
 from scipy.optimize import minimize
 
-from lib import tensor_nets as tn
-from lib.flow import gradient_descent, gradient_flow, log_grid
+from lib.engine.flow import gradient_descent, gradient_flow, log_grid
+from lib.networks import tensor_nets as tn
 
 DT = torch.float64
 X1 = np.array([[1.0, 2.0]])  # the single regression point of the paper's Figure 1
@@ -166,7 +167,8 @@ def test_small_alpha_approaches_the_minimum_l1_interpolant():
 
 
 def test_rate_of_the_l1_limit_on_one_point():
-    """x = [1, 2], w̄ = 1, L = 2: β_2 → 1/2 forces e^{2ν} ≈ √2/α, so β_1 = α² sinh(2ν)/2 ≈ √2 α/4."""
+    """x = [1, 2], w̄ = 1, L = 2: β_2 → 1/2 forces e^{2ν} ≈ √2/α, so β_1 = α² sinh(2ν)/2 ≈ √2
+    α/4."""
     for alpha in (1e-4, 1e-6):
         beta = tn.diagonal_net_limit(X1, Y1, alpha=alpha, depth=2, w_bar=[1.0, 1.0])
         assert beta[0] / alpha == pytest.approx(np.sqrt(2) / 4, rel=10 * alpha)  # O(α) terms

@@ -1,12 +1,14 @@
-"""Unit tests of lib.transfer_victim: a frozen extractor with a head retrained from scratch."""
+"""Unit tests of lib.poisoning.transfer_victim: a frozen extractor with a head retrained from
+scratch."""
 
 import pytest
 import torch
 
-from lib import gradient_matching as gm
-from lib import mlp_victim, s4d
-from lib import transfer_victim as tv
-from lib.data import digits_split
+from lib.book.data import digits_split
+from lib.poisoning import gradient_matching as gm
+from lib.poisoning import mlp_victim
+from lib.poisoning import transfer_victim as tv
+from lib.ssm import s4d
 
 
 @pytest.fixture(scope="module")

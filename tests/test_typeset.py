@@ -1,8 +1,8 @@
-"""lib.typeset.collapse_ranges: a range whose two ends print the same is written once."""
+"""lib.book.typeset.collapse_ranges: a range whose two ends print the same is written once."""
 
 import pytest
 
-from lib import typeset
+from lib.book import typeset
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -11,9 +11,9 @@ import pytest
 import torch
 from conftest import ones
 
-from lib import config, curvature, extrapolation, flow, linear_nets, poison, ssm, viz
-from lib import poison_dynamics as dyn
-from lib._checks import (
+from lib.book import viz
+from lib.engine import config, curvature, flow
+from lib.engine.validation import (
     NumericalFailure,
     as_bool,
     as_callable,
@@ -22,6 +22,11 @@ from lib._checks import (
     as_seeds,
     as_tensor,
 )
+from lib.networks import linear_nets
+from lib.poisoning import dynamics as dyn
+from lib.poisoning import theorem1 as poison
+from lib.ssm import diagonal as ssm
+from lib.ssm import extrapolation
 
 DT = torch.float64
 

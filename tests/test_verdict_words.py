@@ -1,8 +1,8 @@
 """A verdict is computed, never typed: no page of the book types a verdict word in its prose.
 
-Whether a paper's number is reproduced is decided by the ledger's rule (``lib/ledger.py``) from the
-numbers, and a chapter shows the verdict by gluing ``ledger.verdict(key)``. This test reads the
-MARKDOWN text of every ``book/*.md``, that is everything except
+Whether a paper's number is reproduced is decided by the ledger's rule (``lib/book/ledger.py``)
+from the numbers, and a chapter shows the verdict by gluing ``ledger.verdict(key)``. This test
+reads the MARKDOWN text of every ``book/*.md``, that is everything except
 
 * code cells and other code blocks (fences ```` ```{code-cell} ````, ```` ```{code-block} ````,
   ```` ```{code} ````, ```` ```python ````, a bare ```` ``` ```` that opens a block, ...), whose
@@ -16,8 +16,8 @@ and fails on any of these phrases, case-insensitive, even when a line break spli
 ``agree(s) with the paper``, ``weak evidence``, ``inconclusive``. Directives' bodies
 (admonitions, theorems, figure captions) and the titles of directives are prose and are read. The
 Reproductions page states the rule with those words, but it renders the statement from
-``lib.ledger.rule_markdown()`` in a code cell, so its markdown text is held to the same test and
-needs no exemption.
+``lib.book.ledger.rule_markdown()`` in a code cell, so its markdown text is held to the same test
+and needs no exemption.
 
 Each offence is reported as ``book/<page>.md:<line>: <the words>``.
 """

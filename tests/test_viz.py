@@ -1,4 +1,4 @@
-"""Tests of lib.viz and lib.config: the three modes of explore, plots, settings."""
+"""Tests of lib.book.viz and lib.engine.config: the three modes of explore, plots, settings."""
 
 import matplotlib
 
@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from lib import viz  # noqa: E402
-from lib.config import book_mode, book_scale, scaled  # noqa: E402
+from lib.book import viz  # noqa: E402
+from lib.engine.config import book_mode, book_scale, scaled  # noqa: E402
 
 ALT = "a curve whose amplitude and shape follow the sliders"
 
@@ -146,7 +146,7 @@ def test_config(monkeypatch):
 
 
 def test_table_formats_numbers_and_escapes_html(monkeypatch):
-    from lib.viz import Table, table
+    from lib.book.viz import Table, table
 
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
@@ -194,7 +194,7 @@ def test_figure_png_marks_its_smallest_text_and_half_size_width():
 
 
 def test_table_rejects_ragged_rows():
-    from lib.viz import table
+    from lib.book.viz import table
 
     with pytest.raises(ValueError, match="row 0 has 1 cells"):
         table(["a", "b"], [[1.0]])

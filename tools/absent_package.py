@@ -6,9 +6,9 @@ that is a single file (``scipy.optimize._numdiff``) has this file mounted over i
 and its compiled ``.pyc`` files.
 
 The real package's files are not in the sandbox at all, so nothing a notebook does can reach its
-code. Importing works (``import torch``, ``from lib.ssm import impulse_response``), so that a
-notebook's import cell still runs and defines what follows it; every name is a placeholder that
-raises when it is called, and attributes of placeholders are placeholders (``torch.float64``).
+code. Importing works (``import torch``, ``from lib.ssm.diagonal import impulse_response``), so
+that a notebook's import cell still runs and defines what follows it; every name is a placeholder
+that raises when it is called, and attributes of placeholders are placeholders (``torch.float64``).
 """
 
 import importlib.abc

@@ -3,7 +3,7 @@
 Loaded by ``_config.yml`` next to ``book_site`` (``sphinx: local_extensions``). Its jobs:
 
 1. **Glued numbers.** Every glued inline text (MyST-NB's ``{glue:text}``, rendered as an inline
-   node of class ``pasted-text``) is rewritten with :func:`lib.typeset.scientific`, so that
+   node of class ``pasted-text``) is rewritten with :func:`lib.book.typeset.scientific`, so that
    ``4.8e-04`` reads ``4.8 × 10⁻⁴``; ``book/_static/book.css`` shows it in the weight of the text
    around it (MyST-NB makes it bold). A glued ``nan``, ``inf`` or ``None`` is a Sphinx warning
    that names the glue key and the page, so the build (``-W``) fails.
@@ -104,9 +104,9 @@ def _keyed_text_role():
 
 
 def typeset_glued_text(document: nodes.Node) -> list[tuple[nodes.inline, str]]:
-    """Rewrite every glued text of ``document`` with :func:`lib.typeset.scientific`; return the
+    """Rewrite every glued text of ``document`` with :func:`lib.book.typeset.scientific`; return the
     glued nodes that show nan, inf or None, each with the offending token."""
-    from lib.typeset import scientific
+    from lib.book.typeset import scientific
 
     bad = []
     for node in list(document.findall(nodes.inline)):

@@ -42,26 +42,6 @@ LOGGER = logging.getLogger(__name__)
 COLAB = "https://colab.research.google.com"
 BINDER = "https://mybinder.org"
 
-# The first cell of every downloadable notebook. `lib.flow` (not just `lib`) is looked up, so that
-# an unrelated package called `lib` does not count as the book's library.
-INSTALL_CELL = """\
-# Outside a clone of the book's repository (Colab, Binder), fetch the repository, install its
-# library `lib` and work in its book/ folder; in a clone (lib installed by `make`) do nothing.
-import importlib.util
-import os
-import subprocess
-import sys
-
-if importlib.util.find_spec("lib") is None or importlib.util.find_spec("lib.flow") is None:
-    REPOSITORY = "{url}"
-    target = os.path.abspath("implicit-bias-book")
-    if not os.path.isdir(target):
-        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, target], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", target], check=True)
-    importlib.invalidate_caches()
-    os.chdir(os.path.join(target, "book"))"""
-
-
 def repository_parts(url: str) -> tuple[str, str]:
     """``(owner, name)`` of a GitHub repository URL such as ``https://github.com/o/n``."""
     prefix = "https://github.com/"
@@ -101,7 +81,8 @@ def notebook_with_install_cell(
                                      if executed and ran else None)
     ctx = notebook_export.page_context(docname, index, bib_file or source.parent / "references.bib",
                                        glue)
-    result = notebook_export.export_notebook(notebook, ctx, INSTALL_CELL.format(url=repository_url))
+    result = notebook_export.export_notebook(notebook, ctx,
+        notebook_export.INSTALL_CELL.format(url=repository_url))
     left = sorted({token for cell in result.cells if cell.cell_type == "markdown"
                    for token in notebook_export.leftovers(cell.source)})
     if left:
@@ -191,9 +172,9 @@ def docstring_prose(line: str) -> str:
     """A docstring (or a line of one) as the API page shows it: outside inline literals and
     math roles, bars escaped (:func:`escape_bars`), numbers in e-notation written as powers of
     ten like the rest of the book (``rtol 1e-10`` -> ``rtol 10⁻¹⁰``,
-    :func:`lib.typeset.scientific`), and Python's ``None``/``nan``/``inf`` set as code, not as
+    :func:`lib.book.typeset.scientific`), and Python's ``None``/``nan``/``inf`` set as code, not as
     words of the text."""
-    from lib import typeset
+    from lib.book import typeset
 
     parts = _LITERAL.split(line)
     return "".join(
@@ -212,26 +193,42 @@ def on_docstring(app: Sphinx, what: str, name: str, obj, options, lines: list[st
 
 
 class LibModules(SphinxDirective):
-    """``.. lib-modules::`` — one section per module of ``lib``, documented with automodule."""
+    """``.. lib-modules::`` — one section per folder of ``lib`` and in it one per public module,
+    documented with automodule."""
 
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        package = importlib.import_module("lib")
-        names = sorted(
-            info.name
-            for info in pkgutil.iter_modules(package.__path__)
-            if not info.name.startswith("_")
-        )
         lines: list[str] = []
-        for name in names:
-            title = f"``lib.{name}``"
-            lines += [title, "-" * len(title), "", f".. automodule:: lib.{name}"]
-            lines += ["   :members:", ""]
+        for folder, modules in lib_folders():
+            package = importlib.import_module(f"lib.{folder}")
+            title = f"``lib.{folder}``"
+            lines += [title, "=" * len(title), "", *(package.__doc__ or "").strip().split("\n"),
+                      ""]
+            for name in modules:
+                title = f"``lib.{folder}.{name}``"
+                lines += [title, "-" * len(title), "", f".. automodule:: lib.{folder}.{name}"]
+                lines += ["   :members:", ""]
         container = nodes.section()
         container.document = self.state.document
         nested_parse_with_titles(self.state, StringList(lines, source="lib-modules"), container)
         return container.children
+
+
+def lib_folders() -> list[tuple[str, list[str]]]:
+    """The folders of ``lib`` and their public modules (no leading underscore), sorted: what the
+    API page documents, and what ``tests/api_cases.public_modules`` fuzzes."""
+    package = importlib.import_module("lib")
+    out = []
+    for folder in sorted(i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg):
+        sub = importlib.import_module(f"lib.{folder}")
+        names = sorted(
+            info.name
+            for info in pkgutil.iter_modules(sub.__path__)
+            if not info.name.startswith("_")
+        )
+        out.append((folder, names))
+    return out
 
 
 def setup(app: Sphinx) -> dict:

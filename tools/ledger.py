@@ -1,4 +1,5 @@
-"""The reproductions ledger from the command line (lib/ledger.py explains the ledger and its rule).
+"""The reproductions ledger from the command line (lib/book/ledger.py explains the ledger and its
+rule).
 
 Usage::
 
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib import ledger  # noqa: E402  (after the path is set)
+from lib.book import ledger  # noqa: E402  (after the path is set)
 
 
 def _run(args: argparse.Namespace) -> int:

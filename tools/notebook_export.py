@@ -19,7 +19,7 @@ myst-nb executed them during the build:
 * cross-references become their text (a section's title, "Fig. 7.1", "(7.2)") linked to the page
   of the online book where its address is known;
 * glued numbers become the value the build glued, formatted with the role's format spec and
-  written by :func:`lib.typeset.scientific` as on the site;
+  written by :func:`lib.book.typeset.scientific` as on the site;
 * equation labels become ``\\tag{7.2}`` (or are dropped where no number is known).
 
 Code cells are not touched, so a notebook runs top to bottom after its install cell exactly as
@@ -276,9 +276,9 @@ def bibliography_list(keys: Iterable[str], bibliography: Mapping[str, Reference]
 
 
 def _scientific() -> Callable[[str], str]:
-    """``lib.typeset.scientific``, or the identity where lib is not importable."""
+    """``lib.book.typeset.scientific``, or the identity where lib is not importable."""
     try:
-        from lib.typeset import scientific
+        from lib.book.typeset import scientific
     except ImportError:
         return lambda text: text
     return scientific
@@ -289,7 +289,7 @@ def format_glued(text: str, spec: str) -> str:
 
     The text is read back as a Python literal where it is one (so "'abc'" loses its quotes),
     converted to the type the spec's last character asks for, formatted, and any e-notation
-    rewritten as a power of ten (``lib.typeset.scientific``).
+    rewritten as a power of ten (``lib.book.typeset.scientific``).
     """
     try:
         value = ast.literal_eval(text)
@@ -893,7 +893,6 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "tools"))
     sys.path.insert(0, str(root))
-    import book_site
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="chapter names (default: every executed one)")
@@ -918,7 +917,7 @@ def main(argv: list[str] | None = None) -> int:
                                         lambda message: print("warning:", message))
         glue = glue_data(notebook, executed.with_suffix(".glue.json") if ran else None)
         ctx = page_context(f"book/{name}", index, root / "book" / "references.bib", glue)
-        result = export_notebook(notebook, ctx, book_site.INSTALL_CELL.format(url=repository_url))
+        result = export_notebook(notebook, ctx, INSTALL_CELL.format(url=repository_url))
         nbformat.write(result, args.out / f"{name}.ipynb")
         left = sorted({t for c in result.cells if c.cell_type == "markdown"
                        for t in leftovers(c.source)})
@@ -929,3 +928,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# The first cell of every downloadable notebook. `lib.engine.flow` (not just `lib`) is looked up,
+# so that an unrelated package called `lib` does not count as the book's library.
+INSTALL_CELL = """\
+# Outside a clone of the book's repository (Colab, Binder), fetch the repository, install its
+# library `lib` and work in its book/ folder; in a clone (lib installed by `make`) do nothing.
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("lib") is None or importlib.util.find_spec("lib.engine.flow") is None:
+    REPOSITORY = "{url}"
+    target = os.path.abspath("implicit-bias-book")
+    if not os.path.isdir(target):
+        subprocess.run(["git", "clone", "--depth", "1", REPOSITORY, target], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", target], check=True)
+    importlib.invalidate_caches()
+    os.chdir(os.path.join(target, "book"))"""

@@ -17,7 +17,7 @@ failure only through its consequences (math not typeset, an image missing). For 
   (``\\(``, ``\\[``, ``$$``, ``\\begin{``) is left in the text outside code;
 - every figure has a loaded image and a non-empty caption; every image on the page loaded;
 - every animation (matplotlib ``to_jshtml``) has frames and a slider that changes the frame when
-  scrubbed; every multi-slider figure (``lib.viz.slider_grid``) changes its image when each of
+  scrubbed; every multi-slider figure (``lib.book.viz.slider_grid``) changes its image when each of
   its sliders moves;
 - every solution starts collapsed;
 - on chapter pages: the ``.ipynb`` download link and the Colab and Binder launch links point at
@@ -32,7 +32,7 @@ failure only through its consequences (math not typeset, an image missing). For 
 - alt text: every image of the article and every animation has alt text that describes it (at
   least four words; not a file name, a hash or a placeholder);
 - prose: no "nan", "None" or raw e-notation (``4.8e-04``) in the text outside code, math,
-  API signatures and cell outputs (``lib/typeset.py`` writes numbers as "4.8 × 10⁻⁴");
+  API signatures and cell outputs (``lib/book/typeset.py`` writes numbers as "4.8 × 10⁻⁴");
 - explorations: each multi-slider figure has one slider per entry of its ``data-parameters``,
   and the parameters that the text marks as ``span.param`` between the previous heading and the
   figure are exactly its sliders;
@@ -50,7 +50,7 @@ failure only through its consequences (math not typeset, an image missing). For 
 - links into the site: the page exists and has the element the fragment names;
 - book.pdf: it has an outline, and every link stays in the PDF or goes to the web, never to the
   local machine (the print server) nor to a file the published site lacks;
-- numbers: one convention on every page (``lib/typeset.py``): no thousands written with commas
+- numbers: one convention on every page (``lib/book/typeset.py``): no thousands written with commas
   or five digits ungrouped ("200 000"), no hyphen-minus as a minus sign, no spaced dash between
   a range's ends, in prose and tables (not code, printouts, formulas or the references);
 - at 390 px, a figure's or exploration's picture wider than the column scrolls in its own box,
@@ -60,7 +60,7 @@ failure only through its consequences (math not typeset, an image missing). For 
 - search: the snippet text of every page (Sphinx's ``Search.htmlToText``, as ``book.js`` wraps
   it) starts with the page's title, not the download menu, and holds no TeX source;
 - the console: no message at all (the theme's "invalid theme mode" included), no favicon 404;
-- figure legibility: every PNG of the article carries ``lib.viz``'s text chunks
+- figure legibility: every PNG of the article carries ``lib.book.viz``'s text chunks
   ``book:min-font-pt`` and ``book:dpi``, and its smallest text is displayed at >= 10 CSS px at
   1280 px (at 390 px, sizes under 7 px are listed for information).
 
@@ -105,8 +105,8 @@ VIEWPORT = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}  # a phone held upright (CSS px)
 TIMEOUT_MS = 60_000  # a loaded 2-core machine can take many seconds to typeset a long chapter
 
-# The smallest text of a figure, in CSS px at a 1280 px window (the book's convention for lib.viz
-# figures); at 390 px no figure can keep it, and sizes under 7 px are only listed.
+# The smallest text of a figure, in CSS px at a 1280 px window (the book's convention for
+# lib.book.viz figures); at 390 px no figure can keep it, and sizes under 7 px are only listed.
 MIN_FONT_PX = 10.0
 PHONE_NOTE_PX = 7.0
 # Layout widths are fractional and scrollWidth is rounded to a whole pixel: an equation counts as
@@ -133,9 +133,9 @@ RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{|\$\\[a-zA-Z]")
 
 # Prose that shows a value the reader should never see: a missing number ("nan", any case), a
 # Python None (case-sensitive, and not "None of ...": "none" is an English word), a number in raw
-# e-notation ("4.8e-04", "1e5"; lib/typeset.py writes "4.8 × 10⁻⁴").
+# e-notation ("4.8e-04", "1e5"; lib/book/typeset.py writes "4.8 × 10⁻⁴").
 # A degenerate range: the same number at both ends ("10.0000 to 10.0000", "400 to 400",
-# "0.12–0.12"; lib.typeset.number_range writes such a range as one number); not a chain of
+# "0.12–0.12"; lib.book.typeset.number_range writes such a range as one number); not a chain of
 # sizes ("64–32–32–10") nor a number before a mantissa ("Theorem 5 to 5 × 10⁻⁶").
 # A numpy or torch repr ("[0.32001 0.34 ]", "array([...])", "np.float64(0.5)", "tensor(...)"):
 # code's output, not prose.
@@ -182,7 +182,7 @@ NUMBERS_SKIP = (
     ".math, .citation, .bibliography, div.citation, dl.citation"
 )
 
-# The book writes every number one way (lib/typeset.py, whose scientific() applies it to glued
+# The book writes every number one way (lib/book/typeset.py, whose scientific() applies it to glued
 # text, tables and slider labels): thousands grouped by a space from five digits on ("200 000"),
 # four digits together ("5000"), a minus sign (U+2212) not a hyphen, an unspaced en dash between
 # the ends of a range. Any other style on a page is a second convention beside the book's.
@@ -214,8 +214,8 @@ PAGE_STATE_JS = """
   clone.querySelectorAll('.sig, .math').forEach((el) => el.remove());
   const prose = clone.innerText;
   // the article's numbers as a reader sees them: prose and tables (cell outputs' tables too:
-  // lib.viz tables, the Reproductions page), not code, printouts, formulas, signatures, nor the
-  // references (a journal's page numbers are the journal's)
+  // lib.book.viz tables, the Reproductions page), not code, printouts, formulas, signatures,
+  // nor the references (a journal's page numbers are the journal's)
   const article = document.querySelector('main .bd-article') || root;
   const prints = article.cloneNode(true);
   prints.querySelectorAll('NUMBERS_SKIP').forEach((el) => el.remove());
@@ -281,8 +281,8 @@ async () => {
 }
 """
 
-# Move each slider of every multi-slider figure (lib.viz.slider_grid) to its last value: the image
-# must change each time.
+# Move each slider of every multi-slider figure (lib.book.viz.slider_grid) to its last value: the
+# image must change each time.
 SCRUB_GRIDS_JS = """
 async () => {
   const out = [];
@@ -835,7 +835,7 @@ def figure_font_px(chunks: dict[str, str], css_width: float, natural_width: int)
     naming what is missing or unreadable."""
     missing = [key for key in (FONT_CHUNK, DPI_CHUNK) if key not in chunks]
     if missing:
-        raise ValueError(f"no {' and no '.join(missing)} text chunk (not made by lib.viz)")
+        raise ValueError(f"no {' and no '.join(missing)} text chunk (not made by lib.book.viz)")
     try:
         font, dpi = float(chunks[FONT_CHUNK]), float(chunks[DPI_CHUNK])
     except ValueError:

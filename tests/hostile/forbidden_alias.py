@@ -9,8 +9,8 @@ expect: full-minus q1
 import numpy as np
 import torch
 
-from lib.flow import gradient_descent as _steps
-from lib.flow import gradient_flow as _flow
+from lib.engine.flow import gradient_descent as _steps
+from lib.engine.flow import gradient_flow as _flow
 
 
 def _quadratic(H, b):
