@@ -6,8 +6,7 @@ tools (:mod:`lib.engine.curvature`) apply unchanged. With linear activation the 
 end-to-end matrix W_{n:1} = W_n ⋯ W_1 (eq. 10). This module holds:
 
 * the forward maps (linear, or ReLU through :func:`lib.networks.relu_nets.relu_network`),
-cross-entropy,
-  and Xavier-uniform initialization;
+  cross-entropy, and Xavier-uniform initialization;
 * the cross-entropy's gradient in closed form (:func:`cross_entropy_gradient`, for one network or
   a stack of independent runs): the fast training step of the digits experiments;
 * deep linear *scalar regression*, f(θ) = ½‖W_{n:1} − λᵀ‖² (eq. 20 for whitened inputs), with its

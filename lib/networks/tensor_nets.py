@@ -13,8 +13,8 @@ f(x) = xᵀβ(Θ) with β_i = M(e_i) ∘ (v_1, …, v_L). Three architectures ar
 This module holds
 
 * the models as parameter dicts for :mod:`lib.engine.flow` (``"w1"``, …, ``"wL"``; ``"v1"``,
-``"v2"`` for
-  the two-layer tensor form) and their squared and exponential losses (sums over examples, §2.1);
+  ``"v2"`` for the two-layer tensor form) and their squared and exponential losses (sums over
+  examples, §2.1);
 * the special functions of Lemma 5.1 — h_L, its inverse, H_L(t) = ∫_0^t h_L^{−1} and
   Φ_L(t) = ∫_0^t h_L — in closed form (L = 2, 3, 4) and through the regularized incomplete beta
   function (every L ≥ 3);
