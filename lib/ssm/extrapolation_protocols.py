@@ -21,20 +21,20 @@ eq. (3.4), L = Σ_{j<k} r_j² with r_j = h_j − w_j. The paper's experiments al
 
 Every loss here is rᵀ M r for a k × k matrix M (identity, diag(k − i), ZᵀZ/|Z|), so its gradient
 is the population gradient with r replaced by M r. :func:`train_students` runs R students, each
-through one compiled Adam loop (numba, float64): balanced diagonal students θ = (a, b) with
-h_j = Σ_i b_i² a_i^j, or dense ones θ = (A, B, C) with h_j = C A^j B. Early stopping (the paper
-does not state its rule) checks the loss on held-out sequences every ``check_every`` steps, stops
-a run after ``patience`` steps without a new best, and returns the best iterate.
+through one compiled Adam loop (numba, float64, in :mod:`lib.ssm._extrapolation_kernels`, which
+shares its forward and backward passes and its Adam step with :mod:`lib.ssm.extrapolation`):
+balanced diagonal students θ = (a, b) with h_j = Σ_i b_i² a_i^j, or dense ones θ = (A, B, C)
+with h_j = C A^j B. Early stopping (the paper does not state its rule) checks the loss on
+held-out sequences every ``check_every`` steps, stops a run after ``patience`` steps without a
+new best, and returns the best iterate.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from numba import njit
 
 from lib.engine.validation import (
     DTYPE,
@@ -49,6 +49,7 @@ from lib.engine.validation import (
     check_magnitude,
     check_params,
 )
+from lib.ssm._extrapolation_kernels import BALANCED, GENERAL, protocol_run
 
 KINDS = ("balanced", "general")
 LOSSES = ("population", "accumulating", "empirical")
@@ -125,244 +126,6 @@ def accumulating_loss(h, w, k: int) -> torch.Tensor:
     squared = (h[..., :k] - w[:k]) ** 2
     return check_finite_result(sum(squared[..., : j + 1].sum(-1) for j in range(k)),
                                "the accumulating loss")
-
-
-# --------------------------------------------------------------------------------------------
-# Compiled kernels: forward pass, gradient from the weighted residual g = M r, one Adam run
-# --------------------------------------------------------------------------------------------
-
-BALANCED, GENERAL = 0, 1
-POPULATION, ACCUMULATING, EMPIRICAL = 0, 1, 2
-
-
-@njit(cache=True, error_model="numpy")
-def _balanced_forward(theta, k, powers, slopes, h):
-    """h_j = Σ_i b_i² a_i^j, with powers[j, i] = a_i^j and slopes[j, i] = j a_i^{j−1}."""
-    d = theta.shape[0] // 2
-    for i in range(d):
-        ai = theta[i]
-        value = 1.0
-        slope = 0.0
-        for j in range(k):
-            powers[j, i] = value
-            slopes[j, i] = slope
-            slope = slope * ai + value
-            value = value * ai
-    for j in range(k):
-        total = 0.0
-        for i in range(d):
-            bi = theta[d + i]
-            total += powers[j, i] * bi * bi
-        h[j] = total
-
-
-@njit(cache=True, error_model="numpy")
-def _balanced_backward(theta, g, powers, slopes, grad):
-    """∂L/∂a_i = 2 b_i² Σ_j g_j j a_i^{j−1}, ∂L/∂B_i = 2 b_i Σ_j g_j a_i^j (∂L/∂h = 2g)."""
-    d = theta.shape[0] // 2
-    grad[:] = 0.0
-    for j in range(g.shape[0]):
-        gj = g[j]
-        for i in range(d):
-            grad[i] += gj * slopes[j, i]
-            grad[d + i] += gj * powers[j, i]
-    for i in range(d):
-        bi = theta[d + i]
-        grad[i] *= 2.0 * bi * bi
-        grad[d + i] *= 2.0 * bi
-
-
-@njit(cache=True, error_model="numpy")
-def _dense_forward(theta, d, k, u, v, h):
-    """Krylov vectors u_m = A^m B, v_m = (Aᵀ)^m Cᵀ (m < k) and h_j = C u_j; A row-major."""
-    dd = d * d
-    a = theta[:dd].reshape((d, d))
-    u[0] = theta[dd : dd + d]
-    v[0] = theta[dd + d : dd + 2 * d]
-    for m in range(k - 1):
-        for p in range(d):
-            total = 0.0
-            row = a[p]
-            for q in range(d):
-                total += row[q] * u[m, q]
-            u[m + 1, p] = total
-        v[m + 1] = 0.0
-        for p in range(d):
-            s = v[m, p]
-            row = a[p]
-            for q in range(d):
-                v[m + 1, q] += s * row[q]
-    c = theta[dd + d : dd + 2 * d]
-    for j in range(k):
-        total = 0.0
-        for p in range(d):
-            total += c[p] * u[j, p]
-        h[j] = total
-
-
-@njit(cache=True, error_model="numpy")
-def _dense_backward(d, g, u, v, wm, grad):
-    """∂L/∂B = 2 Σ_j g_j v_j, ∂L/∂C = 2 Σ_j g_j u_j, ∂L/∂A = Σ_m v_m W_mᵀ with
-    W_m = Σ_{m+n+1<k} 2 g_{m+n+1} u_n (∂h_j/∂A = Σ_{m+n=j−1} v_m u_nᵀ)."""
-    k = g.shape[0]
-    dd = d * d
-    g_a = grad[:dd].reshape((d, d))
-    g_b = grad[dd : dd + d]
-    g_c = grad[dd + d : dd + 2 * d]
-    g_b[:] = 0.0
-    g_c[:] = 0.0
-    for j in range(k):
-        s = 2.0 * g[j]
-        for p in range(d):
-            g_b[p] += s * v[j, p]
-            g_c[p] += s * u[j, p]
-    for m in range(k - 1):
-        wm[m] = 0.0
-        for n in range(k - 1 - m):
-            s = 2.0 * g[m + n + 1]
-            for q in range(d):
-                wm[m, q] += s * u[n, q]
-    g_a[:, :] = 0.0
-    for m in range(k - 1):
-        for p in range(d):
-            s = v[m, p]
-            row = g_a[p]
-            for q in range(d):
-                row[q] += s * wm[m, q]
-
-
-@njit(cache=True, error_model="numpy")
-def _quadratic(matrix, r, out):
-    """out = M r and the return value rᵀ M r."""
-    k = r.shape[0]
-    total = 0.0
-    for i in range(k):
-        s = 0.0
-        for j in range(k):
-            s += matrix[i, j] * r[j]
-        out[i] = s
-        total += r[i] * s
-    return total
-
-
-@njit(cache=True, error_model="numpy")
-def _batch_metric(train, order, start, batch, r, e, out):
-    """out = Z_bᵀ Z_b r / |b| for the rows order[start:start+batch] of ``train``; returns the batch
-    loss (1/|b|) Σ (z·r)² (eq. 3.3 on the batch). ``e`` is scratch of length ``batch``."""
-    k = r.shape[0]
-    total = 0.0
-    for n in range(batch):
-        row = train[order[start + n]]
-        s = 0.0
-        for j in range(k):
-            s += row[j] * r[j]
-        e[n] = s
-        total += s * s
-    out[:] = 0.0
-    for n in range(batch):
-        row = train[order[start + n]]
-        s = e[n] / batch
-        for j in range(k):
-            out[j] += s * row[j]
-    return total / batch
-
-
-@njit(cache=True, error_model="numpy")
-def _run(theta0, target, kind, d, metric, train, batch, val_metric, lr, milestones, gamma,
-         steps, check_every, patience, seed, b1, b2, eps):
-    """One Adam run on rᵀ M r (module docstring), compiled.
-
-    ``metric`` is M when ``batch`` is 0; otherwise each step draws ``batch`` rows of ``train``
-    (epochs of a permutation seeded by ``seed``) and uses Z_bᵀZ_b/|b|. The learning rate is
-    multiplied by ``gamma`` at each milestone (Adam's moments kept). With ``patience`` > 0, every
-    ``check_every`` steps the held-out loss rᵀ V r (V = ``val_metric``) is compared with the best
-    so far; the run stops after ``patience`` steps without a new best and returns the best
-    iterate. A non-finite loss or gradient stops the run at the last finite iterate.
-    Returns (θ, steps run, best step, diverged).
-    """
-    np.random.seed(seed)
-    size = theta0.shape[0]
-    k = target.shape[0]
-    theta = theta0.copy()
-    previous = theta0.copy()
-    best = theta0.copy()
-    grad = np.empty(size)
-    first = np.zeros(size)
-    second = np.zeros(size)
-    h = np.empty(k)
-    r = np.empty(k)
-    g = np.empty(k)
-    scratch = np.empty(k)
-    e = np.empty(max(batch, 1))
-    powers = np.empty((k, d))
-    slopes = np.empty((k, d))
-    u = np.empty((k, d))
-    v = np.empty((k, d))
-    wm = np.empty((k, d))
-    n_train = train.shape[0]
-    order = np.random.permutation(n_train)
-    start = 0
-    best_value = np.inf
-    best_step = 0
-    since = 0
-    rate = lr
-    next_milestone = 0
-    diverged = False
-    step = 0
-    while step < steps:
-        if kind == BALANCED:
-            _balanced_forward(theta, k, powers, slopes, h)
-        else:
-            _dense_forward(theta, d, k, u, v, h)
-        for j in range(k):
-            r[j] = h[j] - target[j]
-        if batch > 0:
-            if start + batch > n_train:
-                order = np.random.permutation(n_train)
-                start = 0
-            value = _batch_metric(train, order, start, batch, r, e, g)
-            start += batch
-        else:
-            value = _quadratic(metric, r, g)
-        if patience > 0 and step % check_every == 0:
-            held_out = _quadratic(val_metric, r, scratch)
-            if held_out < best_value:
-                best_value = held_out
-                best[:] = theta
-                best_step = step
-                since = 0
-            else:
-                since += check_every
-                if since >= patience:
-                    break
-        if kind == BALANCED:
-            _balanced_backward(theta, g, powers, slopes, grad)
-        else:
-            _dense_backward(d, g, u, v, wm, grad)
-        bad = not math.isfinite(value)
-        for p in range(size):
-            bad |= grad[p] - grad[p] != 0.0
-        if bad:
-            diverged = True
-            theta[:] = previous
-            break
-        while next_milestone < milestones.shape[0] and step >= milestones[next_milestone]:
-            rate *= gamma
-            next_milestone += 1
-        previous[:] = theta
-        c1 = 1.0 - b1 ** (step + 1)
-        c2 = 1.0 - b2 ** (step + 1)
-        for p in range(size):
-            gp = grad[p]
-            m = b1 * first[p] + (1.0 - b1) * gp
-            s = b2 * second[p] + (1.0 - b2) * gp * gp
-            first[p] = m
-            second[p] = s
-            theta[p] -= rate * ((m / c1) / (math.sqrt(s / c2) + eps))
-        step += 1
-    if patience > 0 and not diverged:
-        return best, step, best_step, diverged
-    return theta, step, step, diverged
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,7 +258,7 @@ def train_students(
         train, held_out = data[:n_train], data[n_train:]
         val_metric = held_out.T @ held_out / n_val if patience > 0 else np.eye(k)
         metric = _fixed_metric(loss, k, train)
-        theta, count, best_step, diverged = _run(
+        theta, count, best_step, diverged = protocol_run(
             np.ascontiguousarray(flat[r]), np.ascontiguousarray(target[:k]),
             BALANCED if kind == "balanced" else GENERAL, d, metric,
             np.ascontiguousarray(train), 0 if batch is None else batch, val_metric, lr,
