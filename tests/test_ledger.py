@@ -145,6 +145,50 @@ def test_a_band_that_also_holds_the_contrasted_value_is_inconclusive(chapter):
         _rec("nan", 7.5, seeds, "single", against=float("nan"))
 
 
+def test_a_paper_number_our_other_arm_reproduces_as_well_is_inconclusive(chapter):
+    """Rule 7 with our other arm's runs: the paper's 7.5 lies in the central 90 % of our seeds
+    1..8 (1.35 to 7.65) and of our other arm's 5..12 (5.35 to 11.65): inconclusive; against the
+    other arm 8.5..15.5 (8.85 to 15.15) it is reproduced (module docstring)."""
+    seeds = np.arange(1.0, 9.0)
+    assert _rec("both", 7.5, seeds, "single", against=np.arange(5.0, 13.0)) == "inconclusive"
+    assert _rec("apart", 7.5, seeds, "single", against=np.arange(8.5, 16.5)) == "reproduced"
+    assert _rec("miss", 7.8, seeds, "single", against=np.arange(5.0, 13.0)) == "not reproduced"
+    # a mean of 4: the central 90 % of the means of 4 of 1..8 is 3.1125 to 5.8875, of 3..10
+    # 5.1125 to 7.8875 (the same shifted by 2)
+    assert _rec("mean", 5.0, seeds, "mean", paper_n=4, against=np.arange(3.0, 11.0)) \
+        == "reproduced"
+    assert _rec("mean-both", 5.5, seeds, "mean", paper_n=4,
+                against=np.arange(3.0, 11.0)) == "inconclusive"
+    entries = _entries(chapter)
+    assert np.allclose(entries["both"]["against_band"], [5.35, 11.65])
+    assert "other arm" in ledger._compared_text(entries["both"])
+    assert ledger.rule_problems({"t": entries}) == []
+    tampered = json.loads(json.dumps(entries))
+    tampered["apart"]["against_band"] = [5.35, 11.65]
+    assert any("other arm" in p for p in ledger.rule_problems({"t": tampered}))
+    with pytest.raises(ValueError, match="other arm"):
+        _rec("short", 7.5, seeds, "mean", paper_n=4, against=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="against applies"):
+        _rec("one", 7.5, 7.0, "single", tol=1.0, against=[1.0, 2.0, 3.0])
+
+
+def test_a_range_for_a_mean_of_the_papers_runs_is_held_against_our_means(chapter):
+    """Rule 6 with paper_n: the module docstring's worked case. Seeds 1, 3, 5, 7, 9: six of the
+    ten means of 3 lie in [4, 6]; seeds 3..7: all ten do, though two single seeds lie outside."""
+    assert _rec("spread", (4, 6), [1, 3, 5, 7, 9], "interval", paper_n=3) == "not reproduced"
+    assert _rec("tight", (4, 6), [3, 4, 5, 6, 7], "interval", paper_n=3) == "reproduced"
+    assert _rec("single-seeds", (4, 6), [3, 4, 5, 6, 7], "interval") == "not reproduced"
+    # exactly paper_n seeds of ours: one mean, no spread
+    assert _rec("one-mean", (4, 6), [4, 5, 6], "interval", paper_n=3) == "weak evidence"
+    assert _rec("one-mean-out", (4, 6), [7, 8, 9], "interval", paper_n=3) == "inconclusive"
+    entries = _entries(chapter)
+    assert "60\u00a0%" in ledger._compared_text(entries["spread"])
+    assert "3-subsets" in ledger._compared_text(entries["spread"])
+    assert ledger.rule_problems({"t": entries}) == []
+    with pytest.raises(ValueError, match="at least 3 seeds"):
+        _rec("few", (4, 6), [4, 5], "interval", paper_n=3)
+
+
 def test_a_tally_tells_an_exact_match_from_one_run_placed_among_ours(chapter):
     seeds = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     _rec("t-exact", 1.0, 1.0, "exact", tol=0.01)

@@ -52,12 +52,18 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    of our runs lie in ``[low, high]`` (a one-sided bound: on its side); one value of ours inside the
    range earns only **weak evidence**, and one value outside it is **inconclusive**, since one run
    of ours has no spread (a deterministic quantity of ours is an ``"exact"`` value or a
-   :func:`check`).
+   :func:`check`). A range the paper gives for the mean of ``paper_n ≥ 2`` of its runs (a threshold
+   read off a curve averaged over 3 seeds) is compared with the means of the ``paper_n``-subsets of
+   our seeds (as in rule 4), not with our single seeds, whose spread is wider; exactly ``paper_n``
+   seeds of ours give one mean, one value.
 7. A value the paper's number must be told apart from (``against``: the null of a contrast, 0; the
    other arm's value, when the paper's number is one arm of a clean/poisoned pair): when rule 3 or 4
    places the paper's value inside our central 90 % but ``against`` lies inside it too, our runs
    cannot tell the paper's number from the one it is contrasted with: **inconclusive**, never
-   reproduced.
+   reproduced. ``against`` may also be **our other arm's runs** (one value per seed): then the
+   paper's value is inconclusive when it lies in the central 90 % of the same statistic of that
+   arm too (our clean runs would reproduce the paper's poisoned number as well as our poisoned
+   runs do).
 8. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
    paragraph that shows it (``explain``), else **not reproduced**.
 
@@ -82,7 +88,13 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
 * a paper's contrast (poisoned minus clean) of −0.04 from one run, against our 32 contrasts whose
   central 90 % runs from −0.05 to 0.44 and ``against=0``: both −0.04 and "no effect" lie in that
   band, so the entry is inconclusive (our seeds 1, ..., 8 with a paper's 7.5 and ``against=2``:
-  inconclusive; with ``against=0.5``: reproduced).
+  inconclusive; with ``against=0.5``: reproduced). Against our other arm's seeds 5, 6, ..., 12
+  (central 90 % 5.35 to 11.65) the same 7.5 is inconclusive; against 8.5, 9.5, ..., 15.5
+  (8.85 to 15.15) it is reproduced.
+* a paper's range [4, 6] for a mean of 3 runs, our seeds 1, 3, 5, 7, 9 (one of five inside):
+  of the ten means of 3 of our seeds, 3.0 to 7.0, six lie in [4, 6], 60 %: not reproduced; with
+  our seeds 3, 4, 5, 6, 7 every mean of 3 (4.0 to 6.0) lies inside: reproduced, though only three
+  of the five single seeds do.
 * a number the paper prints for a convex model, recomputed on a network outside that theorem's
   hypotheses: illustration.
 
@@ -348,6 +360,10 @@ def _compared(paper_stat: str, paper_n: int | None, paper_value, values) -> dict
         samples, enumerated = subset_statistics(values, paper_n, paper_stat)
         subsets = int(samples.size)
     else:  # interval
+        if paper_n is not None and 2 <= paper_n < values.size:
+            samples, enumerated = subset_statistics(values, paper_n, "mean")
+            return {"band": _band(samples), "subsets": int(samples.size),
+                    "enumerated": enumerated}
         return {"band": _band(values)}
     return {"band": _band(samples), "rank": _rank(samples, paper_value), "subsets": subsets,
             "enumerated": enumerated}
@@ -376,10 +392,10 @@ def _status(entry: dict) -> str:
     if stat == "interval":
         low = -math.inf if paper[0] is None else paper[0]
         high = math.inf if paper[1] is None else paper[1]
-        if "value" in ours:  # one run of ours: rule 5's two outcomes
-            return "weak evidence" if low <= ours["value"] <= high else "inconclusive"
-        else:
-            agrees = _share_inside(ours["values"], low, high) >= LEVEL
+        inside = _interval_values(entry["paper_n"], ours)
+        if inside.size == 1:  # one run of ours (or one mean of paper_n): rule 5's two outcomes
+            return "weak evidence" if low <= inside[0] <= high else "inconclusive"
+        agrees = _share_inside(inside, low, high) >= LEVEL
     elif stat == "exact":
         agrees = abs(ours["value"] - paper) <= tol
     elif _one_sided(stat, entry["paper_n"], ours):
@@ -391,9 +407,26 @@ def _status(entry: dict) -> str:
         against = entry.get("against")
         if agrees and against is not None and band[0] <= against <= band[1]:
             return "inconclusive"
+        other = entry.get("against_band")
+        if agrees and other is not None and other[0] <= paper <= other[1]:
+            return "inconclusive"
     if agrees:
         return "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
+
+
+def _interval_values(paper_n: int | None, ours: dict) -> np.ndarray:
+    """What rule 6 places in the paper's range: our runs, or the means of their ``paper_n``-subsets
+    when the range is for a mean of ``paper_n >= 2`` runs of the paper (one mean when we have
+    exactly ``paper_n``)."""
+    if "value" in ours:
+        return np.array([ours["value"]])
+    values = np.asarray(ours["values"], dtype=float)
+    if paper_n is None or paper_n < 2:
+        return values
+    if values.size == paper_n:
+        return np.array([values.mean()])
+    return subset_statistics(values, paper_n, "mean")[0]
 
 
 def _share_inside(values, low: float, high: float) -> float:
@@ -469,7 +502,7 @@ def record(
     reason: str | None = None,
     explain: str | None = None,
     note: str | None = None,
-    against: float | None = None,
+    against=None,
 ) -> str:
     """Record one number of a paper that the chapter recomputes; return its status.
 
@@ -477,7 +510,8 @@ def record(
     :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
     number, or ``(low, high)`` for ``paper_stat="interval"``; ``paper_stat``: what the paper's
     number is (one of :data:`PAPER_STATS`, module docstring), with ``paper_n`` the runs behind a
-    mean, median, max or min (required there; for an interval it is shown, not used); ``ours``: one
+    mean, median, max or min (required there; for an interval, the runs whose mean the range is
+    for: rule 6 then compares means of ``paper_n`` of our seeds); ``ours``: one
     number, or one number per seed; ``in_hypotheses``: False when our run lies outside the
     hypotheses of the statement the paper's number illustrates; ``tol``: the absolute tolerance of
     agreement (e.g. half a unit of the paper's last printed digit), required exactly where the rule
@@ -486,8 +520,9 @@ def record(
     our setting differs from the paper's, if it does; ``reason`` and ``explain`` (a label): why the
     numbers differ and where the chapter shows it, given together; ``note``: any other remark for
     the table; ``against``: a value the paper's number must be told apart from (the null 0 of a
-    contrast, or the other arm's paper value), for a spread of ours placed against a single run or
-    a statistic of the paper's runs (rule 7).
+    contrast, or the other arm's paper value), or our other arm's runs (one value per seed, at
+    least as many as ``paper_n``), for a spread of ours placed against a single run or a statistic
+    of the paper's runs (rule 7).
 
     The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
     ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
@@ -535,6 +570,11 @@ def record(
                 or paper_n < 1:
             raise ValueError(f"paper_n must be an integer >= 1, got {paper_n!r:.60}")
         paper_n = int(paper_n)
+        if n > 1 and paper_n > n:
+            raise ValueError(
+                f"the paper's range is for a mean of {paper_n} runs, compared with means of "
+                f"{paper_n} of our seeds, but ours has only {n}; run at least {paper_n} seeds"
+            )
     elif paper_n is not None:
         raise ValueError(
             f"paper_n applies to a mean, median, max, min or interval of the paper's runs; "
@@ -565,8 +605,19 @@ def record(
         raise ValueError(
             "reason and explain go together: a one-line reason and the label that shows it"
         )
+    against_runs = None
     if against is not None:
-        against = _real(against, "against")
+        if isinstance(against, (list, tuple, np.ndarray, torch.Tensor)):
+            against_runs = _values(against)
+            if not isinstance(against_runs, np.ndarray) or (
+                    paper_stat in _SUBSET_STATS and against_runs.size < paper_n):
+                raise ValueError(
+                    "against as our other arm's runs needs one value per seed, at least 2 and at "
+                    f"least paper_n; got {np.size(against_runs)}"
+                )
+            against = None
+        else:
+            against = _real(against, "against")
         if paper_stat in ("exact", "interval") or one_to_one:
             raise ValueError(
                 "against applies where a spread of ours is compared with a single run or a "
@@ -583,6 +634,9 @@ def record(
     }
     if against is not None:
         entry["against"] = against
+    if against_runs is not None:
+        entry["against_runs"] = _summarize(against_runs)
+        entry["against_band"] = _compared(paper_stat, paper_n, paper_value, against_runs)["band"]
     if paper_stat != "exact" and not one_to_one:
         entry.update(_compared(paper_stat, paper_n, paper_value, values))
     entry["status"] = _status(entry)
@@ -837,6 +891,17 @@ def rule_problems(ledger: dict) -> list[str]:
                             f"central 90 % of its values ({again['band']})"
                         )
                     recomputed.update(again)
+                if "against_runs" in entry:
+                    other = np.asarray(entry["against_runs"]["values"], dtype=np.float64)
+                    band = _compared(entry["paper_stat"], entry["paper_n"],
+                                     entry["paper_value"], other)["band"]
+                    if _numbers_differ(band, entry["against_band"]):
+                        problems.append(
+                            f"{chapter}: entry {key!r}: its other arm's band "
+                            f"{entry['against_band']} is not the central 90 % of that arm's "
+                            f"statistic ({band})"
+                        )
+                    recomputed["against_band"] = band
                 status = _status(recomputed)
             if status != entry["status"]:
                 problems.append(
@@ -905,8 +970,8 @@ def compare(fresh: dict, committed: dict) -> list[str]:
 
 
 def _number(x: float, digits: int = 3) -> str:
-    """A number for a table: ``digits`` significant digits, written by :mod:`lib.book.typeset` (powers
-    of ten as 1.27 × 10⁻³, never 1.27e-03), integers as integers."""
+    """A number for a table: ``digits`` significant digits, written by :mod:`lib.book.typeset`
+    (powers of ten as 1.27 × 10⁻³, never 1.27e-03), integers as integers."""
     from lib.book import typeset
 
     if x == int(x) and abs(x) < 1e6:
@@ -981,9 +1046,19 @@ def _compared_text(entry: dict) -> str:
             return "our one run against the range; no spread of ours"
         low = -math.inf if entry["paper_value"][0] is None else entry["paper_value"][0]
         high = math.inf if entry["paper_value"][1] is None else entry["paper_value"][1]
-        inside = _share_inside(ours["values"], low, high)
-        return (f"{_percent(inside)} of our {ours['n']} runs inside the range (the rule asks "
-                f"{_share()}); middle {_share()} of ours: {_range_text(entry['band'])}")
+        inside = _share_inside(_interval_values(entry["paper_n"], ours), low, high)
+        n = entry["paper_n"]
+        if n is not None and n >= 2:
+            if ours["n"] == n:
+                return f"the mean of our {n} runs against the range; no spread of ours"
+            means = _interval_values(n, ours)
+            how = (f"all {means.size:,}" if means.size == math.comb(ours["n"], n)
+                   else f"{means.size:,} random")
+            what = f"the means of {how} {n}-subsets of our {ours['n']} seeds"
+        else:
+            what = f"our {ours['n']} runs"
+        return (f"{_percent(inside)} of {what} inside the range (the rule asks "
+                f"{_share()}); middle {_share()} of them: {_range_text(entry['band'])}")
     if _one_sided(stat, entry["paper_n"], ours):
         ours_is = ("our one run" if "value" in ours
                    else f"the {_STAT_WORDS[stat]} of our {ours['n']}")
@@ -1001,6 +1076,11 @@ def _compared_text(entry: dict) -> str:
     if against is not None:
         inside = "inside" if low <= against <= high else "outside"
         text += f"; the value it is told apart from, {_number(against)}, lies {inside} it"
+    other = entry.get("against_band")
+    if other is not None:
+        inside = "inside" if other[0] <= entry["paper_value"] <= other[1] else "outside"
+        text += (f"; the same statistic of our other arm runs from {_number(other[0])} to "
+                 f"{_number(other[1])}, and the paper's value lies {inside} it")
     return text
 
 
@@ -1032,7 +1112,9 @@ def rule_markdown() -> str:
         f"our seeds when there are at most {_number(MAX_SUBSETS)}, else {_number(MAX_SUBSETS)} of "
         "them drawn at "
         "random by a fixed generator), so that a mean of four runs is compared with our means of "
-        "four runs; for a range the paper states, at least nine in ten of our runs lie inside it. "
+        "four runs; for a range the paper states, at least nine in ten of our runs lie inside it "
+        "(for a range the paper gives for the mean of *k* of its runs, nine in ten of our means "
+        "of *k* seeds). "
         "The percentiles interpolate between our values, so with few seeds the middle "
         f"{share} reaches nearly from our smallest to our largest value, and a paper's value "
         "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
@@ -1044,7 +1126,9 @@ def rule_markdown() -> str:
         "entry is inconclusive);",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
-        "contrast; the other arm's number, for one arm of a clean/poisoned pair), or one run of "
+        "contrast; the other arm's number, for one arm of a clean/poisoned pair), or the paper's "
+        f"number lies just as well in the middle {share} of our other arm (our clean runs would "
+        "reproduce the paper's poisoned number too), or one run of "
         "ours misses a random number of the paper: our runs cannot decide, so this is neither a "
         "reproduction nor a difference;",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
