@@ -9,6 +9,7 @@ by the learning rate (1e-2) within one step.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from lib.ssm import gru_students as gs
@@ -84,3 +85,43 @@ def test_early_stopping_returns_the_best_held_out_iterate():
     held = torch.randn(20, 4, generator=torch.Generator().manual_seed(2 * 10**6), dtype=DT)[None]
     loss = ((best.outputs(held)[..., -1] - teachers.outputs(held)[..., -1]) ** 2).mean()
     assert np.isclose(loss.item(), info.held_out[0], rtol=1e-10)
+
+
+def test_loss_all_weighs_every_output_of_the_window():
+    """loss="all": the held-out loss kept is mean_x (1/k) Σ_{t<k} (y_t − y*_t)² of the best
+    iterate (the docstring's formula, recomputed here)."""
+    teachers = gs.train_gru_teachers(3, TARGET, [0], steps=20, lr=1e-2, dtype="float64")
+    best, info = gs.train_gru_students(teachers, [4], width=5, seeds=[0], n_train=40, n_val=20,
+                                       batch=20, lr=1e-2, max_steps=20, check_every=5,
+                                       patience=100, loss="all")
+    held = torch.randn(20, 4, generator=torch.Generator().manual_seed(2 * 10**6), dtype=DT)[None]
+    loss = ((best.outputs(held) - teachers.outputs(held)) ** 2).mean(2).mean()
+    assert np.isclose(loss.item(), info.held_out[0], rtol=1e-10)
+    # the last output alone gives another number: the option changes the loss
+    last = ((best.outputs(held)[..., -1] - teachers.outputs(held)[..., -1]) ** 2).mean()
+    assert not np.isclose(last.item(), loss.item(), rtol=1e-3)
+
+
+def test_students_start_from_init_scale_and_bad_options_are_refused():
+    teachers = gs.train_gru_teachers(3, TARGET, [0], steps=20, lr=1e-2, dtype="float64")
+    # at a learning rate of 1e-12 Adam moves each weight by at most ~1e-12 per step
+    best, _ = gs.train_gru_students(teachers, [4], width=5, seeds=[7], n_train=40, n_val=20,
+                                    batch=20, lr=1e-12, max_steps=2, check_every=1,
+                                    patience=100, init_scale=1e-3)
+    start = gs.gru_init(5, [7], scale=1e-3, dtype="float64")
+    for mine, theirs in zip(best.tensors(), start.tensors(), strict=True):
+        assert torch.allclose(mine, theirs, rtol=0, atol=1e-9)
+    assert best.w_h.abs().max() <= 1e-3 + 1e-9  # PyTorch's default would reach 1/√5 ≈ 0.45
+    for bad in ({"loss": "first"}, {"init_scale": 0.0}, {"init_scale": -1.0}):
+        with pytest.raises(ValueError):
+            gs.train_gru_students(teachers, [4], width=5, seeds=[0], n_train=40, n_val=20,
+                                  batch=20, max_steps=2, **bad)
+
+
+def test_states_are_what_the_readout_reads():
+    net = gs.gru_init(4, [0, 1], dtype="float64")
+    x = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(1), dtype=DT)
+    states = net.states(x)
+    assert states.shape == (2, 3, 5, 4)
+    assert torch.allclose((states * net.readout[:, None, None, :]).sum(-1), net.outputs(x),
+                          rtol=0, atol=0)

@@ -1,27 +1,30 @@
 """Many small GRUs trained at once: the non-linear experiment of Cohen-Karlik et al. (2023), §5.3.
 
-A GRU of width H reads scalar inputs x_1, x_2, … and runs PyTorch's equations
+A GRU of width H reads scalar inputs x_0, x_1, … and runs PyTorch's equations
 
     r_t = σ(W_ir x_t + b_ir + W_hr h_{t−1} + b_hr),
     z_t = σ(W_iz x_t + b_iz + W_hz h_{t−1} + b_hz),
     n_t = tanh(W_in x_t + b_in + r_t ⊙ (W_hn h_{t−1} + b_hn)),
     h_t = (1 − z_t) ⊙ n_t + z_t ⊙ h_{t−1},
 
-from h_0 = 0, with the scalar output y_t = v·h_t (a linear readout without bias). The paper's
-§5.3 and App. C.2.3 build a teacher GRU from a tiny initialization (scale 10⁻⁶) trained for 1000
-Adam steps to mimic a chosen impulse response, and train wider student GRUs from PyTorch's standard
-initialization (entries uniform in ±1/√H) by Adam on an empirical loss over sequences of length
-k_g, in batches of 100 with early stopping; the error is the largest (over steps beyond k_g) mean
-(over random input sequences) absolute gap between student and teacher outputs.
+from h_{−1} = 0, with the scalar output y_t = v·h_t (a linear readout without bias); steps
+count from 0, so y_t has read the t + 1 inputs x_0, …, x_t. The paper's §5.3 and App. C.2.3
+build a teacher GRU from a tiny initialization (scale 10⁻⁶) trained for 1000 Adam steps to mimic
+a chosen impulse response, and train wider student GRUs from "standard near-zero initialization"
+(here PyTorch's default, entries uniform in ±1/√H, or any scale) by Adam on an empirical loss
+over sequences of length k_g, in batches of 100 with early stopping; the error is the largest
+(over steps beyond k_g) mean (over random input sequences) absolute gap between student and
+teacher outputs.
 
 Here R GRUs (R teachers, or R students, one per seed) are one :class:`GRUBatch`: every weight has
 a leading run axis and one batched matrix product advances all of them, so a sweep over seeds costs
 little more than one run where the product is small. Runs never interact: the training loss is the
 sum of the runs' own losses, and Adam is coordinate-wise. The paper does not say which outputs
-enter the students' loss; :func:`train_gru_students` uses the last one (as in the linear loss of
-its eq. 3.3), on a fixed set of Gaussian training sequences, and stops each run early on held-out
-ones. Tensors are float32 by default (PyTorch's default, which the paper used); ``dtype="float64"``
-is available for tests.
+enter the students' loss; :func:`train_gru_students` uses the last one by default (as in the linear
+loss of its eq. 3.3) or every output of the window (its App. D, eq. D.1, ``loss="all"``), on a
+fixed set of Gaussian training sequences, and stops each run early on held-out ones. Tensors are
+float32 by default (PyTorch's default, which the paper used); ``dtype="float64"`` is available for
+tests.
 """
 
 from __future__ import annotations
@@ -88,10 +91,15 @@ class GRUBatch:
         return GRUBatch(*[t.detach().clone() for t in self.tensors()])
 
     def outputs(self, x: torch.Tensor) -> torch.Tensor:
-        """Outputs y_t of every run on its own inputs: x of shape (R, N, T) -> (R, N, T).
+        """Outputs y_t = v·h_t of every run on its own inputs: x of shape (R, N, T) -> (R, N, T).
 
         ``x`` must be a finite tensor of the GRUs' dtype and device, with T ≥ 1.
         """
+        return (self.states(x) * self.readout[:, None, None, :]).sum(-1)
+
+    def states(self, x: torch.Tensor) -> torch.Tensor:
+        """States h_t (module docstring) of every run on its own inputs: x of shape (R, N, T) ->
+        (R, N, T, H), with the same requirements on ``x`` as :meth:`outputs`."""
         dtype = self.w_h.dtype
         if not isinstance(x, torch.Tensor) or x.dtype != dtype or x.device != self.w_h.device:
             raise ValueError(f"x must be a {dtype} tensor on {self.w_h.device}, got "
@@ -116,7 +124,7 @@ class GRUBatch:
             candidate = torch.tanh(candidate_in[t] + reset * candidate_h)
             h = candidate + update * (h - candidate)
             states.append(h)
-        return (torch.stack(states, 2) * self.readout[:, None, None, :]).sum(-1)
+        return torch.stack(states, 2)
 
 
 def _dtype(dtype: str) -> torch.dtype:
@@ -219,11 +227,16 @@ def train_gru_students(teachers: GRUBatch, ks, *, width: int, seeds, n_train: in
                        n_val: int = 1000, batch: int = 100, lr: float = 1e-3,
                        max_steps: int = 50_000, check_every: int = 500,
                        patience: int = 5000, time_limit: float | None = None,
-                       length: int | None = None) -> tuple[GRUBatch, StudentInfo]:
-    """Student r (width ``width``, PyTorch's initialization, seed ``seeds[r]``) learns teacher r
-    from its output at step ``ks[r]`` (an int: the same for all) on ``n_train`` Gaussian
-    sequences: Adam (``lr``) on the mean square error of batches of ``batch`` sequences (epochs
-    of a random permutation). All runs read sequences of ``length`` steps (default max(ks)); the
+                       length: int | None = None, init_scale: float | None = None,
+                       loss: str = "last") -> tuple[GRUBatch, StudentInfo]:
+    """Student r (width ``width``, seed ``seeds[r]``) learns teacher r from its output at step
+    ``ks[r]`` (an int: the same for all) on ``n_train`` Gaussian sequences: Adam (``lr``) on the
+    mean square error of batches of ``batch`` sequences (epochs of a random permutation).
+    The students start from :func:`gru_init` at ``init_scale`` (default PyTorch's 1/√H).
+    ``loss="last"`` (default): the loss of run r is mean_x (y_{k−1} − y*_{k−1})², the output at
+    step k = ks[r] only (0-based index k − 1, as in the linear loss of the paper's eq. 3.3);
+    ``loss="all"``: mean_x (1/k) Σ_{t<k} (y_t − y*_t)², every output of the training window.
+    All runs read sequences of ``length`` steps (default max(ks)); the
     output at step k depends on the first k inputs only, so run r trains on sequences of length
     ks[r]. (A run's sequences depend on its seed and on ``length``: to repeat a run of a batch
     alone, pass the batch's length.) Every
@@ -246,20 +259,35 @@ def train_gru_students(teachers: GRUBatch, ks, *, width: int, seeds, n_train: in
     dtype, device = teachers.w_h.dtype, teachers.w_h.device
     lr = as_float(lr, "lr", minimum=0.0, open_minimum=True, maximum=torch.finfo(dtype).max)
     dtype_name = next(n for n, t in DTYPES.items() if t == dtype)
+    loss = as_choice(loss, "loss", ("last", "all"))
+    if init_scale is not None:
+        init_scale = as_float(init_scale, "init_scale", minimum=0.0, open_minimum=True,
+                              maximum=torch.finfo(dtype).max)
     runs = teachers.runs
     length = max(ks) if length is None else as_int(length, "length", minimum=max(ks),
                                                    maximum=100_000)
     index = torch.arange(runs, device=device)[:, None]
     last = torch.tensor(ks, device=device)[:, None] - 1  # the output each run learns
 
+    # loss="all": the outputs t < ks[r] of run r, each weighted 1 / ks[r]
+    window = (torch.arange(length, device=device)[None, :] <= last).to(dtype) / (last + 1)
+
     def at_k(outputs: torch.Tensor) -> torch.Tensor:  # (R, N, T) -> (R, N)
         return outputs.gather(2, last[:, :, None].expand(-1, outputs.shape[1], 1))[..., 0]
+
+    def squared(outputs: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:  # -> (R, N)
+        if loss == "last":
+            return (at_k(outputs) - goal) ** 2
+        return ((outputs - goal) ** 2 * window[:, None, :]).sum(2)
+
+    def targets(outputs: torch.Tensor) -> torch.Tensor:
+        return at_k(outputs) if loss == "last" else outputs
 
     train = _sequences(runs, n_train, length, [10**6 + s for s in seeds], dtype, device)
     held = _sequences(runs, n_val, length, [2 * 10**6 + s for s in seeds], dtype, device)
     with torch.no_grad():
-        labels, held_labels = at_k(teachers.outputs(train)), at_k(teachers.outputs(held))
-    student = gru_init(width, seeds, dtype=dtype_name, device=device)
+        labels, held_labels = targets(teachers.outputs(train)), targets(teachers.outputs(held))
+    student = gru_init(width, seeds, scale=init_scale, dtype=dtype_name, device=device)
     best = student.detached()
     optimizer = _adam(student, lr)
     generators = [torch.Generator().manual_seed(3 * 10**6 + s) for s in seeds]
@@ -271,8 +299,7 @@ def train_gru_students(teachers: GRUBatch, ks, *, width: int, seeds, n_train: in
     for step in range(max_steps + 1):
         if step % check_every == 0:
             with torch.no_grad():
-                held_error = at_k(student.outputs(held)) - held_labels
-            held_loss = (held_error**2).mean(1).double().cpu()
+                held_loss = squared(student.outputs(held), held_labels).mean(1).double().cpu()
             improved = (held_loss < best_loss).numpy() & (stopped < 0)
             for run in np.flatnonzero(improved):
                 for mine, kept in zip(student.tensors(), best.tensors(), strict=True):
@@ -290,8 +317,7 @@ def train_gru_students(teachers: GRUBatch, ks, *, width: int, seeds, n_train: in
         rows = torch.stack([o[position : position + batch] for o in orders]).to(device)
         position += batch
         optimizer.zero_grad()
-        error = at_k(student.outputs(train[index, rows])) - labels[index, rows]
-        (error**2).mean(1).sum().backward()
+        squared(student.outputs(train[index, rows]), labels[index, rows]).mean(1).sum().backward()
         optimizer.step()
     stopped[stopped < 0] = step
     return best, StudentInfo(stopped, best_step, best_loss.numpy(), timed_out)
