@@ -355,6 +355,38 @@ def test_balanced_flow_is_three_tensor_flow_from_b_equal_c(gen):
     assert balanced.losses[-1] < balanced.losses[0]
 
 
+def test_lemma6_dense_flow_stays_balanced_and_symmetric():
+    """Lemma 6 with nothing built in: a dense A started symmetric (free to leave), B and C
+    separate tensors started equal, h_j = C (A^j B) computed asymmetrically, the gradient by
+    autograd. B - C^T and A - A^T stay at round-off while the loss falls; the control started with
+    C != B^T leaves both sets, so the test can see a drift."""
+    gen = torch.Generator().manual_seed(5)
+    d, k = 5, 5
+    w = moment_sequence([0.8, -0.4], [0.6, 0.4], k)
+    m = torch.randn(d, d, generator=gen, dtype=DT)
+    a0 = 0.2 * (m + m.T)
+    b0 = 0.5 * torch.randn(d, generator=gen, dtype=DT)
+
+    def loss(p):
+        return ((linear_rnn_response(p["A"], p["B"], p["C"], k) - w) ** 2).sum()
+
+    times = np.concatenate([[0.0], np.logspace(-1, 2, 7)])
+    drift = {}
+    other_c = b0 + 0.3 * torch.randn(d, generator=gen, dtype=DT)
+    for name, c0 in (("balanced", b0.clone()), ("control", other_c)):
+        flow = gradient_flow(loss, {"A": a0.clone(), "B": b0.clone(), "C": c0}, times,
+                             log_time=True)
+        imbalance = np.abs(flow["B"] - flow["C"]).max(axis=1)
+        asymmetry = np.abs(flow["A"] - flow["A"].transpose(0, 2, 1)).max(axis=(1, 2))
+        drift[name] = (imbalance, asymmetry, flow.losses)
+    imbalance, asymmetry, losses = drift["balanced"]
+    assert imbalance.max() < 1e-12 and asymmetry.max() < 1e-12
+    assert losses[-1] < 1e-2 * losses[0]
+    imbalance, asymmetry, _ = drift["control"]
+    assert asymmetry.max() > 1e-6
+    assert np.abs(imbalance - imbalance[0]).max() > 1e-6
+
+
 def test_balanced_flow_two_points():
     w = moment_sequence([0.5], [1.0], 6)
     flow = balanced_flow(w, 3, balanced_init(3, 1, init_scale=0.3), time=7.0)
