@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -133,8 +134,114 @@ def paper_scale_finish(results: dict) -> dict:
     return {"results": results}
 
 
+#: A probe of two of the choices that separate our protocol from the paper's (the chapter's
+#: rs-probe): at three tenths of the widths, five seeds and four lengths (1, 2, 4 and 6 teacher
+#: widths), the same students trained three ways, each changing one choice: "default" (the
+#: committed run's protocol: PyTorch's initialization, the loss on the last output), "near_zero"
+#: (initialization at the teacher's scale 10⁻⁶, the paper's one stated "near-zero" scale),
+#: "all_outputs" (the loss on every output of the training window). Same teachers, data, seeds
+#: and budget (4000 steps) in every arm; the default arm repeats those runs of the committed one.
+PROBE = {"ks": [3, 6, 12, 18], "seeds": [0, 1, 2, 3, 4],
+         "arms": {"default": {}, "near_zero": {"init_scale": 1e-6},
+                  "all_outputs": {"loss": "all"}}}
+
+
+def participation_ratio(states: torch.Tensor) -> float:
+    """(tr C)² / tr(C²) of the covariance C of the state vectors ``states`` (…, H) pooled over
+    every sequence and step: the number of directions the states effectively span (1 to H)."""
+    flat = states.reshape(-1, states.shape[-1]).double()
+    cov = torch.cov(flat.T)
+    return float(torch.trace(cov) ** 2 / torch.trace(cov @ cov))
+
+
+def probe_run() -> dict:
+    """The three arms of ``PROBE`` (SCALED and COMMON otherwise): per arm, errors and zero
+    solutions (lengths × seeds), the best steps, every student's impulse response and the
+    participation ratio of its states on the evaluation sequences (the teachers' too)."""
+    s = {**COMMON, **SCALED, "seeds": PROBE["seeds"], "ks": PROBE["ks"]}
+    seeds, ks = s["seeds"], s["ks"]
+    start = time.perf_counter()
+    teachers = gs.train_gru_teachers(s["teacher_width"], target(s["length"]), seeds,
+                                     init_scale=s["teacher_init"], steps=s["teacher_steps"],
+                                     lr=s["teacher_lr"], dtype=s["dtype"])
+    pairs = [(k, column) for k in ks for column in range(len(seeds))]
+    matched = gs.select(teachers, [c for _, c in pairs])
+    x = torch.randn(s["n_eval"], s["length"], generator=torch.Generator().manual_seed(12345),
+                    dtype=torch.float64).float()
+    impulse = torch.zeros(len(pairs), 1, s["length"])
+    impulse[:, 0, 0] = 1.0
+    shape = (len(ks), len(seeds))
+    with torch.no_grad():
+        out = {"teacher_impulse": teachers.outputs(impulse[: len(seeds)])[:, 0].double().numpy(),
+               "teacher_participation": [participation_ratio(h) for h in
+                                         teachers.states(x.expand(len(seeds), -1, -1))]}
+    for arm, options in PROBE["arms"].items():
+        print(f"probe {arm} from {time.perf_counter() - start:.0f} s", flush=True)
+        students, info = gs.train_gru_students(
+            matched, [k for k, _ in pairs], width=s["student_width"],
+            seeds=[seeds[c] for _, c in pairs], n_train=s["n_train"], n_val=s["n_val"],
+            batch=s["batch"], lr=s["lr"], max_steps=s["max_steps"],
+            check_every=s["check_every"], patience=s["patience"], **options)
+        errors, zero = gs.gru_tail_errors(students, matched, [k for k, _ in pairs],
+                                          length=s["length"], n=s["n_eval"])
+        with torch.no_grad():
+            responses = students.outputs(impulse)[:, 0].double().numpy()
+            states = students.states(x.expand(len(pairs), -1, -1))
+            ratio = [participation_ratio(h) for h in states]
+        out[arm] = {"errors": errors.reshape(shape), "zero_solution": zero.reshape(shape),
+                    "steps": info.steps.reshape(shape),
+                    "best_steps": info.best_steps.reshape(shape),
+                    "impulse_responses": responses.reshape(*shape, -1),
+                    "participation": np.array(ratio).reshape(shape)}
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def probe_task() -> dict:
+    return {("probe",): probe_run()}
+
+
+def probe_tasks() -> list:
+    """The probe: about 12 minutes of one core; never recomputed by the check."""
+    from tasks import Task
+
+    return [Task("probe", probe_task, {}, 720.0, (("probe",),))]
+
+
+def probe_finish(results: dict) -> dict:
+    return {"results": results}
+
+
+def probe(out_dir: Path) -> Path:
+    """Runs the probe on the CPU and writes recurrent-students-probe.json into ``out_dir``."""
+    from lib.book.results import _plain
+
+    start = time.perf_counter()
+    result = probe_run()
+    record = {
+        "chapter": "recurrent-students-probe",
+        "command": "python benchmarks/reproduce_recurrent_students.py --probe OUT_DIR",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "seconds": time.perf_counter() - start,
+        "environment": {**environment(), "device": "cpu"},
+        "settings": {"probe": {k: v for k, v in PROBE.items()}, "scaled": SCALED,
+                     "common": COMMON, "device": "cpu",
+                     "array axes": "training length, seed (impulse responses: then step)"},
+        "seeds": PROBE["seeds"],
+        "results": {"probe": result},
+    }
+    import reproduce
+
+    plain = json.loads(json.dumps(_plain(record["results"])))
+    record["tasks"] = reproduce.task_records(probe_tasks(), plain)
+    path = Path(out_dir) / "recurrent-students-probe.json"
+    path.write_text(json.dumps(_plain(record), indent=1) + "\n")
+    return path
+
+
 FILES = {"recurrent-students": (tasks, finish),
-         "recurrent-students-paper-scale": (paper_scale_tasks, paper_scale_finish)}
+         "recurrent-students-paper-scale": (paper_scale_tasks, paper_scale_finish),
+         "recurrent-students-probe": (probe_tasks, probe_finish)}
 """The committed files this module writes: file name -> (tasks, finish)."""
 
 
@@ -170,6 +277,9 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--paper-scale":
         torch.set_num_threads(int(os.environ.get("BOOK_TORCH_THREADS", "1")))
         print(paper_scale(Path(sys.argv[2])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--probe":
+        torch.set_num_threads(1)
+        print(probe(Path(sys.argv[2])))
     else:
         print(__doc__)
         sys.exit(2)
