@@ -366,12 +366,17 @@ CONTROL_SETTINGS = {
     "MLP scratch": ("MLP", "scratch", [0, 1], ("attack", "authors"), CONTROL_DOSES),
     "S4D transfer": ("S4D", "transfer", [0, 1], ("attack",), (1, 3)),
     "S4D scratch": ("S4D", "scratch", [0], ("attack",), (3,)),
+    "S4D scratch, 40 epochs": ("S4D", "scratch", [0], ("attack",), (3,)),
 }
 # S4D runs the attack with this book's steps only (the two rules are compared on the MLP), and
 # S4D from scratch only at three times the chapter's eps with one victim seed per target: its
 # chapter's-eps point is the committed part C (16 targets x 2 seeds, no flip in any arm). Both
 # cuts are for time: the machine these runs were made on was shared by several jobs.
 S4D_CONTROL_EPOCHS = 10  # the chapter's default training of S4D victims
+# A setting's epochs when not the default: S4D from scratch trained (surrogate, clean and poisoned
+# victims alike) for the authors' 40 epochs, where it fits its clean set (the S4D-fit task below),
+# at the dose where both MLP settings are poisoned.
+CONTROL_EPOCHS = {"S4D scratch, 40 epochs": 40}
 HEAD_TRAIN = tv.HeadTrainConfig(epochs=40, batch=32, lr=1e-2)
 MLP_CONTROL_TRAIN = mlp_victim.TrainConfig(epochs=30, batch=64, lr=1e-2)
 MLP_EXTRACTOR_TRAIN = mlp_victim.TrainConfig(epochs=60, batch=32, lr=1e-2)
@@ -383,8 +388,10 @@ def split_for_transfer(x: torch.Tensor, y: torch.Tensor):
     return (x[pre], y[pre]), (x[~pre], y[~pre])
 
 
-def control_victim(family: str, setting: str, pretrain, extractor_seed: int):
-    """The victim family of one setting, and the extractor's held-out accuracy (transfer)."""
+def control_victim(family: str, setting: str, pretrain, extractor_seed: int,
+                   s4d_epochs: int = S4D_CONTROL_EPOCHS):
+    """The victim family of one setting (S4D trained for ``s4d_epochs``), and the extractor's
+    held-out accuracy (transfer)."""
     if family == "MLP":
         config = mlp_victim.MLPConfig(hidden=MLP_HIDDEN)
         if setting == "scratch":
@@ -393,7 +400,7 @@ def control_victim(family: str, setting: str, pretrain, extractor_seed: int):
         phi, width, dtype = tv.mlp_features(ext), MLP_HIDDEN, torch.float64
         ext_acc = mlp_victim.accuracy
     elif family == "S4D":
-        tc = train_config(S4D_CONTROL_EPOCHS)
+        tc = train_config(s4d_epochs)
         if setting == "scratch":
             return gm.s4d_victim(MODEL, tc), {}
         ext = s4d.train(MODEL, *pretrain, [extractor_seed], train_config(2 * S4D_CONTROL_EPOCHS))
@@ -421,8 +428,11 @@ def control_setting(
     x_all, y_all, xt, yt, data_range = data.digits_split()
     pretrain, (x, y) = split_for_transfer(x_all, y_all)
     gray = (data_range[1] - data_range[0]) / 16
-    victim, extra = control_victim(family, setting, pretrain, extractor_seed)
+    epochs = CONTROL_EPOCHS.get(name, S4D_CONTROL_EPOCHS)
+    victim, extra = control_victim(family, setting, pretrain, extractor_seed, epochs)
     record: dict = {"family": family, "setting": setting, "n_victim_train": len(x)}
+    if name in CONTROL_EPOCHS:
+        record["epochs"] = epochs
     if extra:
         ext = extra["extractor_params"]
         record["extractor_held_out_accuracy"] = float(extra["extractor"](ext, xt, yt)[0])
@@ -608,7 +618,7 @@ def control_tasks() -> list:
     from tasks import Task
 
     costs = {"MLP transfer": 120.0, "MLP scratch": 400.0, "S4D transfer": 300.0,
-             "S4D scratch": 900.0}
+             "S4D scratch": 900.0, "S4D scratch, 40 epochs": 900.0}
     return [
         Task(f"control {name}", control_setting,
              {"name": name, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
@@ -641,6 +651,7 @@ def control_settings() -> dict:
         "mlp_extractor_train": dataclasses.asdict(MLP_EXTRACTOR_TRAIN),
         "head_train": dataclasses.asdict(HEAD_TRAIN),
         "s4d_epochs": S4D_CONTROL_EPOCHS,
+        "epochs_by_setting": dict(CONTROL_EPOCHS),
         "s4d_extractor_epochs": 2 * S4D_CONTROL_EPOCHS,
         "split": "pretraining: training images with index % 3 == 0; victim's set: the rest",
         "settings": {k: {"family": f, "setting": st, "victim_seeds": sd, "arms": list(a),

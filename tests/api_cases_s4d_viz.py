@@ -586,6 +586,15 @@ def _gradient_matching_cases() -> list[Case]:
             ],
         ),
         Case(
+            "poisoning.gradient_matching.paired_sign_test",
+            gm.paired_sign_test,
+            [
+                P("success", [1, 0, 1, 1], "seq"),
+                P("control", [0, 0, 1, 0], "seq"),
+                P("seeds_per_target", 2, "int"),
+            ],
+        ),
+        Case(
             "poisoning.gradient_matching.retrain",
             gm.retrain,
             [

@@ -236,6 +236,29 @@ def test_wilson_by_target_is_conservative():
         gm.wilson_by_target([2, 0], 1)
 
 
+def test_paired_sign_test():
+    from scipy import stats
+
+    # 4 targets × 3 seeds: the arm flips 5 pairs on 2 targets, the control 1 pair on a third
+    arm = [1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    ctl = [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
+    out = gm.paired_sign_test(arm, ctl, 3)
+    assert out["discordant_pairs"] == (5, 1) and out["discordant_targets"] == (2, 1)
+    # (S.1) against scipy's exact binomial test
+    assert out["pairs"] == pytest.approx(stats.binomtest(5, 6, 0.5, alternative="greater").pvalue)
+    assert out["targets"] == pytest.approx(0.5)  # P(Bin(3, 1/2) >= 2)
+    # no flip in the control: p = 2^-b exactly; nothing discordant: p = 1
+    assert gm.paired_sign_test([1] * 10, [0] * 10, 1)["pairs"] == 2.0**-10
+    assert gm.paired_sign_test([1, 0], [1, 0], 1) == {
+        "pairs": 1.0, "targets": 1.0, "discordant_pairs": (0, 0), "discordant_targets": (0, 0)}
+    # a pair the control flips and the arm does not counts against the arm
+    assert gm.paired_sign_test([0, 0], [1, 1], 1)["pairs"] == 1.0
+    with pytest.raises(ValueError, match="same length"):
+        gm.paired_sign_test([1, 0], [1, 0, 0, 0], 1)
+    with pytest.raises(ValueError, match="control"):
+        gm.paired_sign_test([1, 0], [2, 0], 1)
+
+
 def test_bad_input(setting):
     surrogate, x, y, xt, yt, rng = setting
     t, c = target_and_class(yt)

@@ -46,6 +46,7 @@ along the run axis, so each copy yields its own parameter gradients.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -885,6 +886,15 @@ def wilson_by_target(success, seeds_per_target: int, z: float = 1.96) -> tuple[f
     by *any* seed (:func:`wilson_interval`, n = the number of targets). Both counts bound the
     per-target rate whatever the correlation within a target.
     """
+    per_target = _per_target(success, seeds_per_target)
+    n_targets = per_target.shape[0]
+    lo, _ = wilson_interval(int(per_target.all(1).sum()), n_targets, z)
+    _, hi = wilson_interval(int(per_target.any(1).sum()), n_targets, z)
+    return lo, hi
+
+
+def _per_target(success, seeds_per_target, name: str = "success") -> np.ndarray:
+    """0/1 outcomes per (target, seed) pair, target-major, as a (targets, seeds) bool array."""
     seeds_per_target = as_int(seeds_per_target, "seeds_per_target", minimum=1)
     if isinstance(success, torch.Tensor):
         success = success.detach().cpu().numpy()
@@ -897,17 +907,49 @@ def wilson_by_target(success, seeds_per_target: int, z: float = 1.96) -> tuple[f
         or not np.isin(outcome, (0, 1)).all()
     ):
         raise ValueError(
-            f"success must be a non-empty 1-D array of 0/1 outcomes, got {describe(success)}"
+            f"{name} must be a non-empty 1-D array of 0/1 outcomes, got {describe(success)}"
         )
     if outcome.size % seeds_per_target:
         raise ValueError(
             f"{outcome.size} outcomes are not a whole number of targets of {seeds_per_target} seeds"
         )
-    per_target = outcome.reshape(-1, seeds_per_target).astype(bool)
-    n_targets = per_target.shape[0]
-    lo, _ = wilson_interval(int(per_target.all(1).sum()), n_targets, z)
-    _, hi = wilson_interval(int(per_target.any(1).sum()), n_targets, z)
-    return lo, hi
+    return outcome.reshape(-1, seeds_per_target).astype(bool)
+
+
+def paired_sign_test(success, control, seeds_per_target: int) -> dict:
+    """One-sided exact McNemar tests that an arm flips more targets than a control on the same
+    (target, seed) pairs.
+
+    ``success`` and ``control`` hold one 0/1 outcome per pair, target-major, in the same order. Over
+    the units where exactly one of the two flips, with ``b`` units where only the arm flips and
+    ``c`` where only the control does, the p-value is
+
+        p = P(Bin(b + c, 1/2) ≥ b)  (p = 1 when b + c = 0),               (S.1)
+
+    the chance of a split at least this uneven if the arm and the control were exchangeable on each
+    unit. It is computed twice: over the pairs (``"pairs"``), which treats the seeds of a target as
+    independent, and over the targets (``"targets"``), a target counting as flipped when any of its
+    seeds flips it. Returns both p-values and their discordant counts ``(b, c)``.
+    """
+    arm = _per_target(success, seeds_per_target)
+    ctl = _per_target(control, seeds_per_target, "control")
+    if arm.shape != ctl.shape:
+        raise ValueError(f"success and control must have the same length, got {arm.size} and "
+                         f"{ctl.size}")
+
+    def sign(a: np.ndarray, c: np.ndarray) -> tuple[float, tuple[int, int]]:
+        b_only, c_only = int((a & ~c).sum()), int((c & ~a).sum())
+        n = b_only + c_only
+        if n == 0:
+            return 1.0, (0, 0)
+        # P(Bin(n, 1/2) >= b_only), summed exactly in integers
+        tail = sum(math.comb(n, k) for k in range(b_only, n + 1))
+        return float(tail / 2**n), (b_only, c_only)
+
+    p_pairs, pairs = sign(arm.reshape(-1), ctl.reshape(-1))
+    p_targets, targets = sign(arm.any(1), ctl.any(1))
+    return {"pairs": p_pairs, "targets": p_targets, "discordant_pairs": pairs,
+            "discordant_targets": targets}
 
 
 def retrain(victim: Victim, x_train, y_train, poison_index, delta, seeds) -> Params:
