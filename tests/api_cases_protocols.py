@@ -88,6 +88,8 @@ def cases() -> list[Case]:
               P("dtype", "float32", "choice", True), P("device", "cpu", "device", True)]),
         Case("ssm.gru_students.GRUBatch.outputs", lambda x: _NET.outputs(x),
              [P("x", torch.ones(1, 2, 3, dtype=DT) * 0.5, "tensor")]),
+        Case("ssm.gru_students.GRUBatch.states", lambda x: _NET.states(x),
+             [P("x", torch.ones(1, 2, 3, dtype=DT) * 0.5, "tensor")]),
         Case("ssm.gru_students.select", lambda runs: _batch(gs.select(_NET, runs)),
              [P("runs", [0, 0], "seq")]),
         Case("ssm.gru_students.train_gru_teachers",
