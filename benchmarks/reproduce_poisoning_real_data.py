@@ -1,8 +1,9 @@
 """The long runs behind the poisoning-real-data chapter (see benchmarks/reproduce.py).
 
-Tasks (:func:`tasks`): the preparation and three parts of the grid below, and the four settings
-of the positive control (further below: a frozen extractor with a retrained head, and a network
-retrained from scratch, for an MLP and for S4D, 32 targets each). The grid's parts:
+Tasks (:func:`tasks`): the preparation and three parts of the grid below, and the settings of the
+positive control (further below: a frozen extractor with a retrained head, and a network retrained
+from scratch, for an MLP and for S4D, 32 targets each, and S4D from scratch once more trained for
+40 epochs). The grid's parts:
 
 Three parts, in two single-threaded processes (C on one core, about 14 minutes of CPU; B and then
 the MLP line on the other, about 11):
@@ -369,7 +370,8 @@ CONTROL_SETTINGS = {
     "S4D scratch, 40 epochs": ("S4D", "scratch", [0], ("attack",), (3,)),
 }
 # S4D runs the attack with this book's steps only (the two rules are compared on the MLP), and
-# S4D from scratch only at three times the chapter's eps with one victim seed per target: its
+# S4D from scratch only at three times the chapter's eps with one victim seed per target (after
+# 10 epochs, and after 40 with a surrogate trained as long): its
 # chapter's-eps point is the committed part C (16 targets x 2 seeds, no flip in any arm). Both
 # cuts are for time: the machine these runs were made on was shared by several jobs.
 S4D_CONTROL_EPOCHS = 10  # the chapter's default training of S4D victims
