@@ -12,9 +12,11 @@ count from 0, so y_t has read the t + 1 inputs x_0, …, x_t. The paper's §5.3 
 build a teacher GRU from a tiny initialization (scale 10⁻⁶) trained for 1000 Adam steps to mimic
 a chosen impulse response, and train wider student GRUs from "standard near-zero initialization"
 (here PyTorch's default, entries uniform in ±1/√H, or any scale) by Adam on an empirical loss
-over sequences of length k_g, in batches of 100 with early stopping; the error is the largest
-(over steps beyond k_g) mean (over random input sequences) absolute gap between student and
-teacher outputs.
+over sequences of length k_g, in batches of 100 with early stopping. The paper's error is "the
+ℓ∞ distance between the response of the learned student and that of the teacher, averaged across
+randomly generated input sequences", which fixes no order of the maximum and the mean; the order
+here is the book's choice: the largest (over steps beyond k_g) mean (over random input sequences)
+absolute gap between student and teacher outputs.
 
 Here R GRUs (R teachers, or R students, one per seed) are one :class:`GRUBatch`: every weight has
 a leading run axis and one batched matrix product advances all of them, so a sweep over seeds costs
@@ -325,8 +327,10 @@ def train_gru_students(teachers: GRUBatch, ks, *, width: int, seeds, n_train: in
 
 def gru_tail_errors(students: GRUBatch, teachers: GRUBatch, ks, *, length: int,
                     n: int = 1000, seed: int = 12345) -> tuple[np.ndarray, np.ndarray]:
-    """Per run r: the paper's GRU error max_{ks[r] ≤ t < length} mean_x |y_t(student) −
-    y_t(teacher)| over ``n`` Gaussian sequences (one set, ``seed``), and the zero solution's
+    """Per run r: the GRU error in the book's order of operations (the paper's words, "the ℓ∞
+    distance ... averaged across randomly generated input sequences", fix no order),
+    max_{ks[r] ≤ t < length} mean_x |y_t(student) − y_t(teacher)| over ``n`` Gaussian sequences
+    (one set, ``seed``), and the zero solution's
     max_{ks[r] ≤ t < length} mean_x |y_t(teacher)| (0-based t: output t has read t + 1 inputs)."""
     if not isinstance(students, GRUBatch):
         raise ValueError(f"students must be a GRUBatch, got {type(students).__name__}")
