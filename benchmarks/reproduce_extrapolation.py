@@ -40,7 +40,7 @@ HORIZON = 40
 # The paper's Figure 1(a): App. C.2.1 teachers, balanced diagonal students.
 FIG1A = {"d_hat": 5, "d": 40, "init_scale": 1e-3, "horizon": 50, "adam_steps": 15_000, "lr": 1e-3,
          "n_train": 10_000, "ks": [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 20],
-         "seeds": list(range(32))}
+         "seeds": list(range(32)), "starts": 3, "start_seed": 1000}
 # The empirical-loss protocol of the paper's §5.2 (App. C.1), shared by Figures 1(b) and 3(b).
 EMPIRICAL = {"n_train": 10_000, "batch": 100, "n_val": 1000, "check_every": 500,
              "patience": 5000, "max_steps": 50_000, "lr": 1e-3, "init_scale": 0.05}
@@ -96,6 +96,23 @@ def fig1a(seed: int) -> dict:
         out[("adam", loss, "errors")] = xp.tail_errors("balanced", trained.params, w, ks)
         out[("adam", loss, "losses")] = trained.losses
     return _column("fig1a", out, s["seeds"].index(seed))
+
+
+def fig1a_starts(seed: int) -> dict:
+    """Figure 1(a)'s statistic on one App. C.2.1 teacher: ``FIG1A["starts"]`` fresh student
+    starts (seeds ``start_seed + starts * seed + j``), Adam on the population loss (eq. 3.4), the
+    tail errors per start and training length (the paper averages its 3 seeds' errors)."""
+    s = FIG1A
+    ks, n = s["ks"], s["starts"]
+    eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed)
+    w = ex.moment_sequence(eigenvalues, masses, s["horizon"])
+    starts = [ex.balanced_init(s["d"], s["start_seed"] + n * seed + j, init_scale=s["init_scale"])
+              for j in range(n)]
+    params = {name: torch.stack([st[name] for st in starts for _ in ks]) for name in ("a", "b")}
+    runs = [k for _ in starts for k in ks]
+    trained = xp.train_students("balanced", w, runs, params, lr=s["lr"], steps=s["adam_steps"])
+    errors = np.asarray(xp.tail_errors("balanced", trained.params, w, runs)).reshape(n, len(ks))
+    return _column("fig1a", {("starts",): errors}, s["seeds"].index(seed))
 
 
 def _column(part: str, arrays: dict, column: int) -> dict:
@@ -200,6 +217,10 @@ def _paths(fn, seed: int, **kwargs) -> tuple:
                                    ("population", "empirical", "accumulating")
                                    for f in ("errors", "losses")]
         return tuple(("fig1a", *p, k, col) for p in prefixes for k in range(n["fig1a"]))
+    if fn is fig1a_starts:
+        col = FIG1A["seeds"].index(seed)
+        return tuple(("fig1a", "starts", j, k, col) for j in range(FIG1A["starts"])
+                     for k in range(n["fig1a"]))
     if fn is fig1b:
         col, name = FIG1B["seeds"].index(seed), kwargs["name"]
         fields = ("errors", "losses", "steps", "best_steps", "diverged")
@@ -226,6 +247,7 @@ def tasks() -> list:
 
     jobs = [(delay, s, {}, 40.0, f"delay seed={s}") for s in DELAY_SEEDS]
     jobs += [(fig1a, s, {}, 15.0, f"fig1a seed={s}") for s in FIG1A["seeds"]]
+    jobs += [(fig1a_starts, s, {}, 10.0, f"fig1a starts seed={s}") for s in FIG1A["seeds"]]
     jobs += [(fig1b, s, {"name": name}, 60.0, f"fig1b {name} seed={s}")
              for name in ("empirical", "population") for s in FIG1B["seeds"]]
     jobs += [(fig3b, s, {}, 40.0, f"fig3b seed={s}") for s in FIG3B["seeds"]]
@@ -238,7 +260,8 @@ def finish(results: dict) -> dict:
     """The tasks' results in the file's order, with the settings."""
     results = {name: results[name] for name in ("delay_errors", "fig1a", "fig1b", "fig3b",
                                                 "fig4")}
-    results["fig1a"] = {k: results["fig1a"][k] for k in ("flow", "adam", "zero_solution")}
+    results["fig1a"] = {k: results["fig1a"][k] for k in ("flow", "adam", "zero_solution",
+                                                         "starts")}
     results["fig1b"] = {k: results["fig1b"][k] for k in ("empirical", "population")}
     results["fig3b"] = {k: results["fig3b"][k] for k in ("errors", "zero_solution", "losses",
                                                          "steps")}
@@ -262,7 +285,8 @@ def finish(results: dict) -> dict:
             "fig1b": FIG1B,
             "fig3b": FIG3B,
             "fig4": FIG4,
-            "array axes": "training length, seed (fig4: scale, training length, seed)",
+            "array axes": ("training length, seed (fig4: scale, training length, seed; "
+                           "fig1a starts: start, training length, seed)"),
         },
         "seeds": {"delay": DELAY_SEEDS, "fig1a": FIG1A["seeds"], "fig1b": FIG1B["seeds"],
                   "fig3b": FIG3B["seeds"], "fig4": FIG4["seeds"]},
