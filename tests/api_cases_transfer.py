@@ -64,6 +64,26 @@ def _features_of(factory):
     return call
 
 
+@cache
+def _optimum():
+    """The tiny head's optimum (T.4) at λ = 0.1: the head whose norm norm_matched_lambda matches."""
+    x, y, _, _ = _toy_data()
+    return tv.optimal_head(tv.mlp_features(_mlp_params())(x), y, 3, 0.1)
+
+
+def _stationary(result, phi_train, y_train, classes, lam) -> bool:
+    """Oracle: the answer is a stationary point of (T.4), ‖∇L‖ ≤ 1e-9, recomputed with autograd
+    on the canonical labels (the features as given, converted to float64)."""
+    phi = torch.as_tensor(phi_train, dtype=DT)
+    labels = torch.as_tensor(y_train).long()
+    w = result["w"][0].clone().requires_grad_()
+    b = result["b"][0].clone().requires_grad_()
+    loss = torch.nn.functional.cross_entropy(phi @ w.T + b, labels) + 0.5 * lam * (
+        (w * w).sum() + (b * b).sum())
+    gw, gb = torch.autograd.grad(loss, [w, b])
+    return float(torch.cat([gw.flatten(), gb]).norm()) <= 1e-9
+
+
 def cases() -> list[Case]:
     x, y, xt, yt = _toy_data()
     delta = torch.linspace(-0.1, 0.1, 2 * LENGTH, dtype=DT).reshape(2, LENGTH)
@@ -123,6 +143,25 @@ def cases() -> list[Case]:
              [P("features", tv.mlp_features(_mlp_params()), "callable"),
               P("x_train", x, "tensor"), P("poison_index", [[1, 4]], "seq"),
               P("eps", 0.1, "float"), P("steps", 1, "int")], examples=5),
+        Case("poisoning.transfer_victim.optimal_head",
+             lambda phi_train, y_train, classes, lam: tv.optimal_head(
+                 phi_train, y_train, classes, lam, max_iter=30),
+             [P("phi_train", tv.mlp_features(_mlp_params())(x), "tensor"),
+              P("y_train", y, "tensor"), P("classes", 3, "int"), P("lam", 0.1, "float")],
+             oracle=_stationary),
+        Case("poisoning.transfer_victim.norm_matched_lambda",
+             lambda phi_train, head: tv.norm_matched_lambda(
+                 phi_train, y, 3, head, bracket=(1e-3, 10.0), rtol=1e-3),
+             [P("phi_train", tv.mlp_features(_mlp_params())(x), "tensor"),
+              P("head", _optimum(), "params")], examples=5),
+        Case("poisoning.transfer_victim.implicit_attack",
+             lambda features, x_train, poison_index, x_target, eps, lam, steps: tv.implicit_attack(
+                 features, x_train, y, poison_index, x_target, [1], eps, lam, steps,
+                 data_range=(-1.0, 1.0), classes=3, max_iter=30),
+             [P("features", tv.mlp_features(_mlp_params()), "callable"),
+              P("x_train", x, "tensor"), P("poison_index", [[1, 4]], "seq"),
+              P("x_target", xt[:1], "tensor"), P("eps", 0.1, "float"), P("lam", 0.1, "float"),
+              P("steps", 1, "int")], examples=5),
         Case("poisoning.transfer_victim.accuracy",
              lambda x, labels: tv.accuracy(_victim(), _head(), x, labels),
              [P("x", xt, "tensor"), P("labels", yt, "tensor")]),

@@ -469,7 +469,8 @@ def _pcg(apply, b, precondition, rtol: float, max_iter: int = 500):
 def _newton(problem: _HeadLoss, th: torch.Tensor, tol: float, max_iter: int, solve=None):
     """Damped Newton on (T.4) for all R problems: the step H⁻¹ ∇L (``solve``; dense Cholesky by
     default), halved per problem until Armijo's condition L(θ − t s) ≤ L(θ) − 10⁻⁴ t ⟨∇L, s⟩
-    holds, until every ‖∇L‖ < ``tol``. Returns θ, or raises ValueError after ``max_iter``."""
+    holds (up to the loss's rounding, 16 ulp), until every ‖∇L‖ < ``tol``. Returns θ, or
+    raises ValueError after ``max_iter``."""
     solve = solve or _dense_solve(problem)
     for _ in range(max_iter + 1):
         g = problem.grad(th)
@@ -483,9 +484,11 @@ def _newton(problem: _HeadLoss, th: torch.Tensor, tol: float, max_iter: int, sol
             break
         step = solve(g)
         f0, slope = problem.loss(th), (g * step).sum((1, 2))
+        # near the optimum the decrease falls below the loss's rounding: allow that much
+        rounding = 16 * torch.finfo(th.dtype).eps * f0.abs()
         t = torch.ones(len(th), dtype=th.dtype)
         for _halving in range(60):
-            ok = problem.loss(th - t[:, None, None] * step) <= f0 - 1e-4 * t * slope
+            ok = problem.loss(th - t[:, None, None] * step) <= f0 - 1e-4 * t * slope + rounding
             if bool(ok.all()):
                 break
             t = torch.where(ok, t, t / 2)
