@@ -1,10 +1,10 @@
 # The book's commands. Each target sets up the pinned environment in .venv first (once: a stamp
 # file makes later runs instant, until requirements-lock.txt or pyproject.toml changes).
 #
-#   make book      execute every chapter and build the HTML book in _build/html (warnings are errors)
+#   make book      build the HTML book in _build/html, executing its pages (all from a clean tree; else the changed ones)
 #   make pdf       build the book, then print it as one PDF, _build/html/book.pdf (the footer's PDF link)
 #   make site-test build the book and its PDF, then test it offline in headless Chromium (screenshots in _build/site-test)
-#   make test      unit tests of lib, then execute every chapter as a notebook (nbmake)
+#   make test      unit tests of lib, then execute every chapter as a notebook (nbmake), unless make book recorded these sources
 #   make test-grading  the grading tests alone: every assignment graded in sandboxes, hostile submissions
 #   make check-results the committed long-run results against the code (one sampled task per file recomputed)
 #   make test-portable  the unit tests under portable kernels and two threads (as other machines)
@@ -66,12 +66,14 @@ else \
 fi
 endef
 
-# make book leaves _build/.executed holding the hash of the sources it executed every chapter
-# from (SOURCES_HASH: the book, lib, tools, the configuration and the lock, at BOOK_SCALE). When
-# make test finds the same hash, it does not execute the chapters a second time: the book build ran
-# each one with errors fatal, in the mode that renders every exploration frame (a superset of
-# nbmake's one frame), and wrote the ledger entries that `tools/ledger.py check` reads. CI builds
-# the book first for this reason (.ci/run).
+# make book leaves _build/.executed holding the hash of the sources it built from (SOURCES_HASH:
+# the book, lib, tools, benchmarks, the configuration and the lock, at BOOK_SCALE). When make test
+# finds the same hash, it executes no chapter: the skip is all or nothing. After a clean build
+# (CI's: .ci/run builds the book first for this reason) the book build ran every chapter with
+# errors fatal, in the mode that renders every exploration frame (a superset of nbmake's one
+# frame), and wrote the ledger entries that `tools/ledger.py check` reads. An incremental make book
+# executes only the pages whose book/*.md changed (Sphinx tracks no dependency on lib), yet writes
+# the hash all the same: after one, run make test from a clean tree (make clean test).
 EXECUTED := _build/.executed
 SOURCES_HASH = { git ls-files -co --exclude-standard -z -- book lib tools benchmarks _config.yml \
   _toc.yml requirements-lock.txt pyproject.toml | sort -z | xargs -0 sha256sum; \
@@ -124,8 +126,8 @@ ledger: $(STAMP)
 	$(call run-chapters,300)
 	$(BIN)/python tools/ledger.py write
 
-# Every chapter at BOOK_SCALE=full (the two chapters with a larger setting use it), with each chapter's time (not in CI:
-# about five minutes on 2 cores; make bench prints both scales side by side).
+# Every chapter at BOOK_SCALE=full (the two chapters with a larger setting use it), with each
+# chapter's time (not in CI; make bench prints both scales side by side).
 full: export BOOK_SCALE = full
 full: $(STAMP)
 	$(call run-chapters,1800)

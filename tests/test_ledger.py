@@ -515,12 +515,41 @@ def test_the_page_states_the_rule_before_its_tables_and_counts_by_status(chapter
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})
     rule, tables = page.index("weak evidence"), page.index("| item |")
     assert rule < page.index("**4 numbers**") < tables < page.index("| statement checked |")
-    assert ("1 reproduced, 1 weak evidence, 1 illustration, 1 not reproduced. **1 check** of "
-            "the papers' statements: 1 holds.") in page
+    assert ("- 4 from the papers themselves (printed, or read off their figures): 1 reproduced, "
+            "1 weak evidence, 1 illustration, 1 not reproduced.") in page
+    assert "**1 check** of the papers' statements: 1 holds." in page
     assert "mean of 4 runs" in page and "all 495 4-subsets" in page
     # numbers as the book prints them: no e-notation, no TeX
     assert not re.search(r"\de[-+]?\d|\\times|\$", page), page
     assert "1.27\u00a0×\u00a010⁻³" in page
+def test_the_counts_split_the_papers_numbers_from_values_read_off_the_authors_notebooks(chapter):
+    def rec(key, item, paper_value, ours, **extra):
+        return ledger.record(key, paper=PAPER, item=item, paper_value=paper_value, ours=ours,
+                             section="s", paper_stat="exact", **extra)
+
+    plot = "; the value: read off the authors' notebook plot, not a number printed in the paper"
+    printout = ("; the value: bracketed by the authors' notebook's printout, not a number printed "
+                "in the\n paper")  # the mark split across a line still counts
+    rec("printed-hit", "Table 1, row 1", 1.27e-3, 1.2712e-3, tol=5e-6)
+    rec("printed-miss", "Table 1, row 2", 1.27e-3, 1.29e-3, tol=5e-6)
+    rec("plot-hit", "Figure 4, seed 1" + plot, 5000.0, 5100.0, tol=200.0)
+    rec("bracket-hit", "Figure 8, seed 2" + printout, 5000.0, 9171.0, tol=5000.0)
+    rec("bracket-miss", "Figure 8, seed 3" + printout, 5000.0, 12000.0, tol=5000.0)
+    entries = list(_entries(chapter).values())
+    assert [ledger._from_notebook(e) for e in entries] == [False, False, True, True, True]
+    assert ledger._source_counts(entries) == (
+        "2 from the papers themselves (printed, or read off their figures): 1 reproduced, "
+        "1 not reproduced; 3 read off the authors' published notebooks (their plots and "
+        "printouts), not printed in the papers: 2 reproduced, 1 not reproduced")
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    assert "**5 numbers** of 1 paper:" in page
+    assert "- 2 from the papers themselves" in page and "- 3 read off the authors'" in page
+    # an exact entry read off a plot or a printout names the kind of its tolerance
+    assert "ours within ± 200 (half the interval read off the authors' plot)" in page
+    assert "ours within ± 5000 (half the bracket of the authors' printout)" in page
+    assert "ours within ± 5.00\u00a0×\u00a010⁻⁶ |" in page  # a printed number: no reading named
+
+
 # ---------------------------------------------------------------------------------------------
 # The committed ledger
 

@@ -12,8 +12,10 @@ What the paper's number is (``paper_stat``)
 -------------------------------------------
 
 ``"exact"``
-    a deterministic quantity, with no seed on either side (a closed form, a deterministic flow, a
-    formula's table). Ours is one number, ``tol`` the tolerance of agreement.
+    a deterministic quantity (a closed form, a deterministic flow, a formula's table), or one seeded
+    run of the authors' rebuilt seed by seed (the same seed and data on both sides). Ours is one
+    number, ``tol`` the tolerance of agreement the chapter states: half a unit of the paper's last
+    printed digit, a pixel of the plot the value is read from, or half a printout's bracket.
 ``"single"``
     one random run of the paper (one seed, one figure).
 ``"mean"``, ``"median"``, ``"max"``, ``"min"``
@@ -1040,7 +1042,9 @@ def _compared_text(entry: dict) -> str:
     """What the rule placed the paper's value in, in words."""
     stat, ours, tol = entry["paper_stat"], entry["ours"], entry["tol"]
     if stat == "exact":
-        return f"ours within ± {_number(tol)}"
+        words = " ".join(entry["item"].split())
+        kind = next((why for mark, why in _READINGS if mark in words), None)
+        return f"ours within ± {_number(tol)}" + (f" ({kind})" if kind else "")
     if stat == "interval":
         if "value" in ours:
             return "our one run against the range; no spread of ours"
@@ -1098,14 +1102,20 @@ def rule_markdown() -> str:
     """The rule in plain words, as the *Reproductions* page states it before its tables."""
     share, tail = _share(), round(100 * (1 - LEVEL) / 2)
     return "\n".join([
-        "Each number of a paper that a chapter recomputes gets one of six statuses, computed from "
-        "the numbers by one rule. First, what the paper's number is: an **exact** quantity (no "
-        "random seed on either side: a formula, a deterministic flow), **one run** of a random "
-        "experiment, a **statistic** (mean, median, largest or smallest) of a stated number of "
-        "runs, or a **range** the paper states. Then:",
+        "Each value of a paper that a chapter recomputes gets one of six statuses, computed from "
+        "the numbers by one rule. The values are of two sources, counted apart below: numbers "
+        "the papers themselves give (printed in their text and tables, or read off their "
+        "figures), and values read off the authors' published notebooks (a plot, a printout), "
+        "whose rows say \"not a number printed in the paper\". First, what the paper's value "
+        "is: an **exact** value (a deterministic quantity such as a formula or a deterministic "
+        "flow, or one seeded run of the authors' that our code rebuilds seed by seed, with the "
+        "same seed and data), **one run** of a random experiment, a **statistic** (mean, median, "
+        "largest or smallest) of a stated number of runs, or a **range** the paper states. Then:",
         "",
-        "- **reproduced**: an exact quantity agrees with ours within the tolerance shown (usually "
-        "half a unit of the last digit the paper prints); a paper's single run lies in the middle "
+        "- **reproduced**: an exact value agrees with ours within the tolerance shown, which the "
+        "chapter states and the row names where it is a reading's: half a unit of the last digit "
+        "the paper prints, a pixel of the plot the value is read from, or half the bracket that "
+        "a printout gives; a paper's single run lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles); a paper's statistic of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
@@ -1152,6 +1162,48 @@ def _count_line(rows: list, statuses: tuple[str, ...]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts if n) or "none"
 
 
+#: The words by which a chapter's item marks a value read off the authors' published notebooks
+#: (a plot, a printout) rather than printed in the paper.
+NOTEBOOK_MARK = "not a number printed in the paper"
+#: How the item says the value was read, and the tolerance that reading gives an exact entry.
+_READINGS = (
+    ("read off the authors' notebook plot", "half the interval read off the authors' plot"),
+    ("bracketed by the authors' notebook's printout", "half the bracket of the authors' printout"),
+)
+
+
+def _from_notebook(entry: dict) -> bool:
+    """Whether a paper entry's value was read off the authors' published notebooks (its item,
+    setting or note says :data:`NOTEBOOK_MARK`) rather than printed in the paper (or read off the
+    paper's own figures)."""
+    words = " ".join(str(entry.get(field) or "") for field in ("item", "setting", "note"))
+    return NOTEBOOK_MARK in " ".join(words.split())
+
+
+def _source_counts(entries: Sequence[dict]) -> str:
+    """The paper entries split by where the paper's value comes from, with the statuses of each:
+    "12 from the papers themselves (printed, or read off their figures): 10 reproduced, 2 differs;
+    3 read off the authors' published notebooks (their plots and printouts), not printed in the
+    papers: 3 reproduced"."""
+    return "; ".join(_source_parts(entries)) or "none"
+
+
+def _source_parts(entries: Sequence[dict]) -> list[str]:
+    """:func:`_source_counts`'s parts, one per source that has entries."""
+    numbers = [e for e in entries if e["kind"] == "paper"]
+    notebook = [e for e in numbers if _from_notebook(e)]
+    papers = [e for e in numbers if not _from_notebook(e)]
+    parts = []
+    if papers:
+        parts.append(f"{len(papers)} from the papers themselves (printed, or read off their "
+                     f"figures): {_count_line(papers, STATUSES)}")
+    if notebook:
+        parts.append(f"{len(notebook)} read off the authors' published notebooks (their plots "
+                     "and printouts), not printed in the papers: "
+                     f"{_count_line(notebook, STATUSES)}")
+    return parts
+
+
 def _heading_labels() -> set[str]:
     """The MyST labels of the book's pages that stand before a heading (a ``{ref}`` to them can
     show the heading's title; a label before a paragraph has no title to show)."""
@@ -1178,12 +1230,13 @@ def page_markdown(ledger: dict) -> str:
             for key, entry in entries.items()]
     numbers = [e for _, _, e in rows if e["kind"] == "paper"]
     checks = [e for _, _, e in rows if e["kind"] == "check"]
+    parts = _source_parts(numbers)
     lines = [
         rule_markdown(), "",
         f"**{_plural(len(numbers), 'number')}** of "
-        f"{_plural(len({e['paper'] for e in numbers}), 'paper')}: "
-        f"{_count_line(numbers, STATUSES)}. **{_plural(len(checks), 'check')}** of the papers' "
-        "statements: "
+        f"{_plural(len({e['paper'] for e in numbers}), 'paper')}:", "",
+        *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)), "",
+        f"**{_plural(len(checks), 'check')}** of the papers' statements: "
         f"{_count_line(checks, CHECK_STATUSES)}.",
         "",
     ]
@@ -1195,8 +1248,8 @@ def page_markdown(ledger: dict) -> str:
         tested = [(c, e) for c, _, e in mine if e["kind"] == "check"]
         lines += [
             f"## {title}", "",
-            f"Cited as {{cite:t}}`{paper}`. {_plural(len(printed), 'printed number')}: "
-            f"{_count_line([e for _, e in printed], STATUSES)}; {_plural(len(tested), 'check')}: "
+            f"Cited as {{cite:t}}`{paper}`. {_plural(len(printed), 'number')}: "
+            f"{_source_counts([e for _, e in printed])}; {_plural(len(tested), 'check')}: "
             f"{_count_line([e for _, e in tested], CHECK_STATUSES)}.", "",
         ]
         if printed:
