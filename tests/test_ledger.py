@@ -258,7 +258,7 @@ def test_a_check_of_a_statement_holds_or_fails_and_is_not_a_reproduction(chapter
     assert entries["limit"]["kind"] == "check" and entries["limit"]["convergence"]
     assert ledger.verdict("limit") == "holds" and ledger.verdict("miss") == "fails"
     page = ledger.page_markdown({"some-chapter": entries})
-    assert "**0 numbers**" in page and "| item |" not in page  # no table of paper numbers
+    assert "**0 values**" in page and "| item |" not in page  # no table of paper numbers
     assert "**6 checks**" in page and "statement checked" in page
 
 
@@ -514,7 +514,7 @@ def test_the_page_states_the_rule_before_its_tables_and_counts_by_status(chapter
                  section="s")
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})
     rule, tables = page.index("weak evidence"), page.index("| item |")
-    assert rule < page.index("**4 numbers**") < tables < page.index("| statement checked |")
+    assert rule < page.index("**4 values**") < tables < page.index("| statement checked |")
     assert ("- 4 from the papers themselves (printed, or read off their figures): 1 reproduced, "
             "1 weak evidence, 1 illustration, 1 not reproduced.") in page
     assert "**1 check** of the papers' statements: 1 holds." in page
@@ -542,7 +542,7 @@ def test_the_counts_split_the_papers_numbers_from_values_read_off_the_authors_no
         "1 not reproduced; 3 read off the authors' published notebooks (their plots and "
         "printouts), not printed in the papers: 2 reproduced, 1 not reproduced")
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})
-    assert "**5 numbers** of 1 paper:" in page
+    assert "**5 values** of 1 paper:" in page
     assert "- 2 from the papers themselves" in page and "- 3 read off the authors'" in page
     # an exact entry read off a plot or a printout names the kind of its tolerance
     assert "ours within ± 200 (half the interval read off the authors' plot)" in page
@@ -605,7 +605,7 @@ def test_the_page_renders_every_entry():
     assert COMMITTED_ERROR is None, COMMITTED_ERROR
     text = ledger.page_markdown(COMMITTED)
     assert text.count("{doc}`") == len(ENTRIES)
-    assert f"**{len(NUMBERS)} numbers**" in text
+    assert f"**{len(NUMBERS)} values**" in text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1233,9 +1233,10 @@ def page_markdown(ledger: dict) -> str:
     parts = _source_parts(numbers)
     lines = [
         rule_markdown(), "",
-        f"**{_plural(len(numbers), 'number')}** of "
+        f"**{_plural(len(numbers), 'value')}** of "
         f"{_plural(len({e['paper'] for e in numbers}), 'paper')}:", "",
-        *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)), "",
+        *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)),
+        *([] if parts else ["none."]), "",
         f"**{_plural(len(checks), 'check')}** of the papers' statements: "
         f"{_count_line(checks, CHECK_STATUSES)}.",
         "",
@@ -1248,9 +1249,12 @@ def page_markdown(ledger: dict) -> str:
         tested = [(c, e) for c, _, e in mine if e["kind"] == "check"]
         lines += [
             f"## {title}", "",
-            f"Cited as {{cite:t}}`{paper}`. {_plural(len(printed), 'number')}: "
-            f"{_source_counts([e for _, e in printed])}; {_plural(len(tested), 'check')}: "
-            f"{_count_line([e for _, e in tested], CHECK_STATUSES)}.", "",
+            f"Cited as {{cite:t}}`{paper}`. "
+            + (f"{_plural(len(printed), 'value')}: {_source_counts([e for _, e in printed])}. "
+               if printed else "No value of this paper is recorded. ")
+            + (f"{_plural(len(tested), 'check')}: "
+               f"{_count_line([e for _, e in tested], CHECK_STATUSES)}." if tested
+               else "No check of its statements is recorded."), "",
         ]
         if printed:
             lines += [
