@@ -66,18 +66,25 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    paper's value is inconclusive when it lies in the central 90 % of the same statistic of that
    arm too (our clean runs would reproduce the paper's poisoned number as well as our poisoned
    runs do).
-8. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
+8. A band too wide to decide: when rule 3 or 4 places the paper's value ``p ≠ 0`` inside our
+   central 90 % but that band also holds ``p/2`` or ``2p`` (eq. ``low ≤ p/2 ≤ high`` or
+   ``low ≤ 2p ≤ high``), our runs cannot tell the paper's number from half or double of it: the
+   agreement is **weak evidence**, not a reproduction (a band of escape times from 12 000 to
+   52 000 holds the paper's 13 450 and its double alike).
+9. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
    paragraph that shows it (``explain``), else **not reproduced**.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
-* our seeds 1, 2, ..., 8 and a paper's single run 7.5: our 5th to 95th percentiles are 1.35 and
-  7.65, so it is reproduced; 7.8 is not.
+* our seeds 11, 12, ..., 18 and a paper's single run 17.5: our 5th to 95th percentiles are 11.35
+  and 17.65, so it is reproduced; 17.8 is not. Our seeds 1, 2, ..., 8 (1.35 to 7.65) hold a
+  paper's 7.5 too, but also its half, 3.75: weak evidence (rule 8).
 * a paper's mean of 4 seeds that lies inside the quartiles of our single seeds can still fall
   outside the central 90 % of our 4-seed means. Twelve skewed seeds 0.1, 0.12, 0.15, 0.2, 0.25,
   0.3, 0.4, 0.6, 1, 2, 5, 15 have quartiles 0.1875 and 1.25; a paper's mean of 4 equal to 0.2 lies
   between them, but only 2.3 % of the 495 means of 4 of those seeds are below it: not reproduced.
-  A paper's mean of 0.3 (9.6 % of our means below it) lies inside the central 90 %: reproduced.
+  A paper's mean of 0.3 (9.6 % of our means below it) lies inside the central 90 %, but so does
+  0.6, its double: weak evidence (rule 8).
   The share of our statistics below the paper's value is stored as ``rank`` and shown on the page.
 * those twelve seeds and a paper's mean, median, largest or smallest of 3 runs: the
   ``C(12, 3) = 220`` subsets are enumerated (the tests compare every status with a brute-force
@@ -89,10 +96,10 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
 * one run of ours, 0.31, against one run of the paper, 0.30, with ``tol = 0.02``: weak evidence.
 * a paper's contrast (poisoned minus clean) of −0.04 from one run, against our 32 contrasts whose
   central 90 % runs from −0.05 to 0.44 and ``against=0``: both −0.04 and "no effect" lie in that
-  band, so the entry is inconclusive (our seeds 1, ..., 8 with a paper's 7.5 and ``against=2``:
-  inconclusive; with ``against=0.5``: reproduced). Against our other arm's seeds 5, 6, ..., 12
-  (central 90 % 5.35 to 11.65) the same 7.5 is inconclusive; against 8.5, 9.5, ..., 15.5
-  (8.85 to 15.15) it is reproduced.
+  band, so the entry is inconclusive (our seeds 11, ..., 18 with a paper's 17.5 and
+  ``against=12``: inconclusive; with ``against=10.5``: reproduced). Against our other arm's seeds
+  15, 16, ..., 22 (central 90 % 15.35 to 21.65) the same 17.5 is inconclusive; against
+  18.5, 19.5, ..., 25.5 (18.85 to 25.15) it is reproduced.
 * a paper's range [4, 6] for a mean of 3 runs, our seeds 1, 3, 5, 7, 9 (one of five inside):
   of the ten means of 3 of our seeds, 3.0 to 7.0, six lie in [4, 6], 60 %: not reproduced; with
   our seeds 3, 4, 5, 6, 7 every mean of 3 (4.0 to 6.0) lies inside: reproduced, though only three
@@ -412,9 +419,18 @@ def _status(entry: dict) -> str:
         other = entry.get("against_band")
         if agrees and other is not None and other[0] <= paper <= other[1]:
             return "inconclusive"
+        if agrees and _too_wide(band, paper):
+            return "weak evidence"
     if agrees:
         return "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
+
+
+def _too_wide(band: list[float], paper: float) -> bool:
+    """Rule 8: the band holds half or double the paper's value, so it cannot tell them apart."""
+    if paper == 0:
+        return False
+    return any(band[0] <= x <= band[1] for x in (paper / 2, 2 * paper))
 
 
 def _interval_values(paper_n: int | None, ours: dict) -> np.ndarray:
@@ -1085,6 +1101,9 @@ def _compared_text(entry: dict) -> str:
         inside = "inside" if other[0] <= entry["paper_value"] <= other[1] else "outside"
         text += (f"; the same statistic of our other arm runs from {_number(other[0])} to "
                  f"{_number(other[1])}, and the paper's value lies {inside} it")
+    paper = entry["paper_value"]
+    if low <= paper <= high and _too_wide(entry["band"], paper):
+        text += "; that band also holds half or double the paper's value"
     return text
 
 
@@ -1133,7 +1152,10 @@ def rule_markdown() -> str:
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
         "two agree within the tolerance shown, or our one run lies in the paper's range; one run "
         "on each side says little (if they disagree, or our one run lies outside the range, the "
-        "entry is inconclusive);",
+        "entry is inconclusive). Also weak evidence: the paper's number lies in the middle "
+        f"{share} of ours, but that band is so wide that it also holds half or double the "
+        "paper's number, so our runs cannot tell the paper's value from one twice as small or "
+        "twice as large;",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
         "contrast; the other arm's number, for one arm of a clean/poisoned pair), or the paper's "
