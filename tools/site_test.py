@@ -1223,11 +1223,14 @@ def shoot_widest_inline(page, found: list[dict], shots: Path, log: dict) -> None
                       "el.scrollLeft = 0; })")
 
 
-def screenshots(page, path: Path) -> None:
-    """The top of the page (``path.png``) and the whole page (JPEG: a long chapter is tens of
-    thousands of pixels tall), in pieces ``path-full-1.jpg``, ... where it is taller than a JPEG
-    can be."""
+def screenshots(page, path: Path, full: bool) -> None:
+    """The top of the page (``path.png``) and, with ``full``, the whole page (JPEG: a long chapter
+    is tens of thousands of pixels tall), in pieces ``path-full-1.jpg``, ... where it is taller
+    than a JPEG can be. The whole-page captures take about a third of the browser's time, and no
+    check reads them, so they are taken only on request (``--full-pages``)."""
     page.screenshot(path=f"{path}.png")
+    if not full:
+        return
     height = page.evaluate("() => document.documentElement.scrollHeight")
     if height <= JPEG_MAX_PX:
         page.screenshot(path=f"{path}-full.jpg", full_page=True, type="jpeg", quality=70)
@@ -1241,7 +1244,8 @@ def screenshots(page, path: Path) -> None:
 
 
 def test_page(
-    page, url: str, name: str, site: Path, base: str, log: dict, pngs: Pngs, shots: Path
+    page, url: str, name: str, site: Path, base: str, log: dict, pngs: Pngs, shots: Path,
+    full: bool = False,
 ) -> PageResult:
     """Load one page at 1280 px, run every check, then at 390 px; return what was found."""
     result = PageResult()
@@ -1279,7 +1283,7 @@ def test_page(
         ]
 
     stem = name.removesuffix(".html").replace("/", "__")
-    screenshots(page, shots / stem)
+    screenshots(page, shots / stem, full)
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(100)
     page.screenshot(path=str(shots / f"{stem}-390.png"))
@@ -1389,10 +1393,12 @@ def report(results: dict[str, PageResult], path: Path) -> None:
 
 
 def run(
-    site: Path, allowlist: Path = ALLOWLIST, only: list[str] | None = None, shots: Path = SHOTS
+    site: Path, allowlist: Path = ALLOWLIST, only: list[str] | None = None, shots: Path = SHOTS,
+    full: bool = False,
 ) -> dict[str, PageResult]:
     """Test every page of the built site ``site`` in Chromium (those whose path contains one of
-    ``only``, when given); the results by page."""
+    ``only``, when given); the results by page. ``full``: also capture every page whole at
+    1280 px."""
     executable = chromium()
     from playwright.sync_api import sync_playwright
 
@@ -1453,7 +1459,8 @@ def run(
             for path in found:
                 name = path.relative_to(site).as_posix()
                 try:
-                    results[name] = test_page(page, base + name, name, site, base, log, pngs, shots)
+                    results[name] = test_page(page, base + name, name, site, base, log, pngs, shots,
+                                              full)
                 except Exception as error:  # a timeout or a crash fails this page, not the run
                     results[name] = PageResult(
                         [f"{type(error).__name__}: {str(error).splitlines()[0]}"]
@@ -1492,12 +1499,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", help="test only the pages whose path contains one")
     parser.add_argument("--shots", default=str(SHOTS),
                         help=f"the folder for the screenshots (emptied first), default {SHOTS}")
+    parser.add_argument("--full-pages", action="store_true",
+                        help="also capture every page whole at 1280 px (JPEG), for a reader")
     args = parser.parse_args(argv)
     site = Path(args.site).resolve()
     if not (site / "index.html").is_file():
         sys.exit(f"no built book in {site}: run `make book` first")
     start = time.perf_counter()
-    results = run(site, Path(args.allow), args.only, Path(args.shots))
+    results = run(site, Path(args.allow), args.only, Path(args.shots), args.full_pages)
     print(f"{time.perf_counter() - start:.0f} s in the browser\n")
     for name, result in results.items():
         if result.failures or result.notes:
