@@ -105,11 +105,12 @@ def test_a_paper_mean_inside_our_quartiles_is_not_reproduced_when_few_of_our_mea
 def test_the_level_is_the_central_90_percent_of_our_statistic(chapter):
     """The boundary of the level: a paper mean that 9.6 % of our 4-means fall below lies inside
     the central 90 %; one that 2.3 % fall below does not (same seeds)."""
-    rank, _ = _brute_rank_and_band(SKEWED, 4, "mean", 0.3)
+    rank, band = _brute_rank_and_band(SKEWED, 4, "mean", 0.3)
     assert 0.05 < rank < 0.1
-    # inside the central 90 %, but that band (0.19 to 5.6) also holds 0.6, double 0.3: rule 8
+    # inside the central 90 %, but that band (0.241 to 5.17) also holds 0.6, double 0.3: rule 8
+    assert band == pytest.approx([0.241, 5.16625])
     assert _rec("inside", 0.3, SKEWED, "mean", paper_n=4) == "weak evidence"
-    assert _entries(chapter)["inside"]["band"][0] < 0.3
+    assert _entries(chapter)["inside"]["band"] == pytest.approx(band)
     assert ledger.LEVEL == 0.9
 
 
@@ -282,6 +283,42 @@ def test_a_check_of_a_statement_holds_or_fails_and_is_not_a_reproduction(chapter
     page = ledger.page_markdown({"some-chapter": entries})
     assert "**0 values**" in page and "| item |" not in page  # no table of paper numbers
     assert "**6 checks**" in page and "statement checked" in page
+
+
+def test_a_check_that_is_not_the_papers_statement_is_counted_and_listed_apart(chapter):
+    def _check(key, ours, **extra):
+        return ledger.check(key, paper=PAPER, statement="Euler's method is first order",
+                            predicted=1.0, ours=ours, tol=0.1, section="s", **extra)
+
+    assert _check("theirs", 1.02) == "holds"
+    assert _check("ours-holds", 1.05, of_paper=False) == "holds"  # the status is computed alike
+    assert _check("ours-fails", 1.5, of_paper=False) == "fails"
+    entries = _entries(chapter)
+    assert entries["ours-fails"]["of_paper"] is False and "of_paper" not in entries["theirs"]
+    page = ledger.page_markdown({"some-chapter": entries})
+    assert ("**3 checks**: 1 of the papers' statements: 1 holds; 2 of our own derivations or of "
+            "numerical analysis, not statements of the papers: 1 holds, 1 fails.") in page
+    assert ("3 checks: 1 of its statements: 1 holds; 2 of our own derivations or of numerical "
+            "analysis, not statements of the paper: 1 holds, 1 fails.") in page
+    # two tables: the paper's statements first, then the others under their own heading
+    own = page.index("Checks of our own derivations or of numerical analysis")
+    assert page.count("| statement checked |") == 2
+    assert page.index("| statement checked |") < own < page.rindex("| statement checked |")
+    assert page.index("Euler's method is first order | 1 | 1.02") < own
+    with pytest.raises(ValueError, match="of_paper"):
+        _check("bad", 1.0, of_paper="no")
+    # a committed entry of a flag that is not a boolean is rejected; one without it is the paper's
+    broken = {**entries["ours-fails"], "of_paper": "no"}
+    with pytest.raises(ValueError, match="of_paper"):
+        ledger.page_markdown({"some-chapter": {"x": broken}})
+    assert ledger.rule_problems({"some-chapter": entries}) == []
+
+
+def test_a_check_row_links_a_label_without_a_heading_by_the_words_the_section(chapter):
+    ledger.check("c", paper=PAPER, statement="Theorem 1", predicted=0.0, ours=0.0, tol=1e-3,
+                 section="no-heading-has-this-label")
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    assert "{ref}`the section <no-heading-has-this-label>`" in page
 
 
 def test_verdict_returns_the_status_of_this_kernels_entry(chapter):
@@ -539,7 +576,7 @@ def test_the_page_states_the_rule_before_its_tables_and_counts_by_status(chapter
     assert rule < page.index("**4 values**") < tables < page.index("| statement checked |")
     assert ("- 4 from the papers themselves (printed, or read off their figures): 1 reproduced, "
             "1 weak evidence, 1 illustration, 1 not reproduced.") in page
-    assert "**1 check** of the papers' statements: 1 holds." in page
+    assert "**1 check**: 1 of the papers' statements: 1 holds." in page
     assert "mean of 4 runs" in page and "all 495 4-subsets" in page
     # numbers as the book prints them: no e-notation, no TeX
     assert not re.search(r"\de[-+]?\d|\\times|\$", page), page

@@ -675,6 +675,7 @@ def check(
     in_hypotheses: bool = True,
     convergence: str | None = None,
     note: str | None = None,
+    of_paper: bool = True,
 ) -> str:
     """Record a check of a paper's statement by our own computation; return its status.
 
@@ -687,6 +688,13 @@ def check(
     Status: ``"holds"`` when ``|ours − predicted| <= tol`` (for a bound: ours within ``tol`` of
     ``[low, high]``; for a spread: every value), ``"fails"`` otherwise, ``"illustration"`` when
     ``in_hypotheses`` is False. A check is not a reproduction of a paper's number.
+
+    ``of_paper=False`` marks a check that a chapter records beside the paper's statements but that
+    is not one of them: a prediction of our own derivation from the paper's lemmas, or of numerical
+    analysis (Euler's method is first order). The entry then stores ``"of_paper": False``, and the
+    *Reproductions* page counts and lists it apart from the checks of the papers' statements. An
+    entry without the field (every check of the paper, and ledgers written before it existed) is a
+    check of the paper's statement. The status is computed the same way either way.
     """
     _started(key)
     if paper not in PAPERS:
@@ -708,6 +716,8 @@ def check(
         "convergence": _text(convergence, "convergence", optional=True),
         "note": _text(note, "note", optional=True),
     }
+    if not _flag(of_paper, "of_paper"):
+        entry["of_paper"] = False
     entry["status"] = _check_status(entry)
     _entries[key] = entry
     _write(_chapter, _entries)
@@ -796,6 +806,10 @@ def _check_entry(entry: object, where: str) -> None:
         raise ValueError(f"{where} lacks the fields {missing}")
     if entry["status"] not in statuses:
         raise ValueError(f"{where} has the unknown status {entry['status']!r:.40}")
+    if kind == "check" and entry.get("of_paper", True) is not True and \
+            entry["of_paper"] is not False:
+        raise ValueError(f"{where}: of_paper must be true or false, got "
+                         f"{entry['of_paper']!r:.40}")
     if entry["paper"] not in PAPERS:
         raise ValueError(f"{where} has the unknown paper {entry['paper']!r:.40}")
     if kind == "paper" and entry["paper_stat"] not in PAPER_STATS:
@@ -1175,13 +1189,45 @@ def rule_markdown() -> str:
         "A theorem's prediction that our own computation tests is not a paper's number: such "
         "**checks** are listed in their own tables, with the tolerance and how our value "
         "approaches the prediction, as **holds** (within the tolerance), **fails**, or "
-        "**illustration** (outside the statement's hypotheses), and they are not counted above.",
+        "**illustration** (outside the statement's hypotheses), and they are not counted above. "
+        "A chapter also checks, by the same rule, a few predictions that are not statements of "
+        "the papers: those of our own derivations from a paper's lemmas, and those of numerical "
+        "analysis (Euler's method is first order). They are counted and listed apart from the "
+        "checks of the papers' statements, in tables of their own.",
     ])
 
 
 def _count_line(rows: list, statuses: tuple[str, ...]) -> str:
     counts = [(s, sum(e["status"] == s for e in rows)) for s in statuses]
     return ", ".join(f"{n} {s}" for s, n in counts if n) or "none"
+
+
+def _of_paper(entry: dict) -> bool:
+    """Whether a check tests a statement of the paper (:func:`check`'s ``of_paper``; an entry
+    without the field does)."""
+    return entry.get("of_paper", True) is not False
+
+
+#: How the page names the checks that :func:`check` records with ``of_paper=False``.
+OWN_CHECKS = ("of our own derivations or of numerical analysis, not statements of the "
+              "paper{s}")
+
+
+def _check_counts(checks: Sequence[dict], papers: str = "s") -> str:
+    """The checks split into those of the papers' statements and the others, with the statuses of
+    each: "16 of its statements: 14 holds, 2 illustration; 8 of our own derivations or of numerical
+    analysis, not statements of the paper: 7 holds, 1 fails"."""
+    theirs = [e for e in checks if _of_paper(e)]
+    ours = [e for e in checks if not _of_paper(e)]
+    whose = "the papers'" if papers == "s" else "its"
+    parts = []
+    if theirs:
+        parts.append(f"{len(theirs)} of {whose} statements: "
+                     f"{_count_line(theirs, CHECK_STATUSES)}")
+    if ours:
+        parts.append(f"{len(ours)} {OWN_CHECKS.format(s=papers)}: "
+                     f"{_count_line(ours, CHECK_STATUSES)}")
+    return "; ".join(parts) or "none"
 
 
 #: The words by which a chapter's item marks a value read off the authors' published notebooks
@@ -1259,8 +1305,7 @@ def page_markdown(ledger: dict) -> str:
         f"{_plural(len({e['paper'] for e in numbers}), 'paper')}:", "",
         *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)),
         *([] if parts else ["none."]), "",
-        f"**{_plural(len(checks), 'check')}** of the papers' statements: "
-        f"{_count_line(checks, CHECK_STATUSES)}.",
+        f"**{_plural(len(checks), 'check')}**: {_check_counts(checks)}.",
         "",
     ]
     for paper, title in PAPERS.items():
@@ -1275,7 +1320,7 @@ def page_markdown(ledger: dict) -> str:
             + (f"{_plural(len(printed), 'value')}: {_source_counts([e for _, e in printed])}. "
                if printed else "No value of this paper is recorded. ")
             + (f"{_plural(len(tested), 'check')}: "
-               f"{_count_line([e for _, e in tested], CHECK_STATUSES)}." if tested
+               f"{_check_counts([e for _, e in tested], papers='')}." if tested
                else "No check of its statements is recorded."), "",
         ]
         if printed:
@@ -1295,27 +1340,38 @@ def page_markdown(ledger: dict) -> str:
                     status += f": {entry['reason']} ({link})"
                 extras = [s for s in (entry["setting"], entry["note"]) if s]
                 item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
-                section = entry["section"]
-                where = f"{{doc}}`{chapter}`, " + (f"{{ref}}`{section}`" if section in headings
-                                                   else f"{{ref}}`the section <{section}>`")
+                where = _where(chapter, entry["section"], headings)
                 cells = (item, _paper_text(entry), _ours_text(entry["ours"]),
                          _compared_text(entry), status)
                 lines.append("| " + " | ".join(map(_cell, cells)) + f" | {where} |")
             lines.append("")
-        if tested:
+        for own in (False, True):
+            group = [(c, e) for c, e in tested if _of_paper(e) != own]
+            if not group:
+                continue
+            if own:
+                lines += [f"Checks {OWN_CHECKS.format(s='')}:", ""]
             lines += [
                 "| statement checked | predicted | ours | tolerance | how ours approaches it "
                 "| status | where |",
                 "|---|---|---|---|---|---|---|",
             ]
-            for chapter, entry in tested:
+            for chapter, entry in group:
                 predicted = entry["predicted"]
                 predicted = (_range_text(predicted) if isinstance(predicted, list)
                              else _number(predicted))
                 item = entry["statement"] + (f"<br>*{entry['note']}*" if entry["note"] else "")
-                where = f"{{doc}}`{chapter}`, {{ref}}`{entry['section']}`"
-                cells = (item, predicted, _ours_text(entry["ours"]), f"± {_number(entry['tol'])}",
-                         entry["convergence"] or "—", entry["status"])
-                lines.append("| " + " | ".join(map(_cell, cells)) + f" | {where} |")
+                lines.append("| " + " | ".join(map(_cell, (
+                    item, predicted, _ours_text(entry["ours"]), f"± {_number(entry['tol'])}",
+                    entry["convergence"] or "—", entry["status"])))
+                    + f" | {_where(chapter, entry['section'], headings)} |")
             lines.append("")
     return "\n".join(lines)
+
+
+def _where(chapter: str, section: str, headings: set[str]) -> str:
+    """A row's links: its chapter (``{doc}``) and the section that computes it (``{ref}``, which
+    shows the heading's title when the label stands before a heading; a label before a paragraph
+    has no title to show, so its link reads "the section")."""
+    return f"{{doc}}`{chapter}`, " + (f"{{ref}}`{section}`" if section in headings
+                                      else f"{{ref}}`the section <{section}>`")
