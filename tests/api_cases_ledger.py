@@ -75,6 +75,10 @@ def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_s
             samples = np.array([f(c) for c in itertools.combinations(values.tolist(), paper_n)])
         low, high = np.percentile(samples, [5, 95])
         expected = "reproduced" if low <= paper_value <= high else "not reproduced"
+        # rule 8: a band that also holds half or double the paper's (non-zero) value is too wide
+        if expected == "reproduced" and paper_value != 0 and any(
+                low <= x <= high for x in (paper_value / 2, 2 * paper_value)):
+            expected = "weak evidence"
     return result == expected
 
 

@@ -771,16 +771,22 @@ def tally(entries: Sequence[dict]) -> str:
             continue
         text = f"{count} {word}"
         if word == "reproduced":
-            kinds = [e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
-                     else "statistic" for e in entries
-                     if e["status"] == word and e["kind"] == "paper"]
-            split = [f"{kinds.count(k)} {how}" for k, how in _HOW_REPRODUCED.items()
-                     if kinds.count(k)]
-            if len(split) > 1 or (split and kinds[0] != "exact"):
-                text += " (" + ", ".join(split) + ")"
+            text += _how_reproduced(entries)
         parts.append(text)
     n = len(entries)
     return f"{n} entr{'y' if n == 1 else 'ies'}: " + ", ".join(parts)
+
+
+def _how_reproduced(entries: Sequence[dict]) -> str:
+    """" (12 exact, 6 one run of the paper's among ours)": the reproduced paper entries split by
+    what was compared; empty when there are none, or when all are exact."""
+    kinds = [e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
+             else "statistic" for e in entries
+             if e["status"] == "reproduced" and e["kind"] == "paper"]
+    split = [f"{kinds.count(k)} {how}" for k, how in _HOW_REPRODUCED.items() if kinds.count(k)]
+    if len(split) > 1 or (split and kinds[0] != "exact"):
+        return " (" + ", ".join(split) + ")"
+    return ""
 
 
 _PAPER_FIELDS = {"kind", "paper", "item", "paper_stat", "paper_n", "paper_value", "in_hypotheses",
@@ -1190,7 +1196,7 @@ def rule_markdown() -> str:
         "**checks** are listed in their own tables, with the tolerance and how our value "
         "approaches the prediction, as **holds** (within the tolerance), **fails**, or "
         "**illustration** (outside the statement's hypotheses), and they are not counted above. "
-        "A chapter also checks, by the same rule, a few predictions that are not statements of "
+        "A chapter also checks, by the same rule, some predictions that are not statements of "
         "the papers: those of our own derivations from a paper's lemmas, and those of numerical "
         "analysis (Euler's method is first order). They are counted and listed apart from the "
         "checks of the papers' statements, in tables of their own.",
@@ -1198,8 +1204,11 @@ def rule_markdown() -> str:
 
 
 def _count_line(rows: list, statuses: tuple[str, ...]) -> str:
+    """"10 reproduced (6 exact, 4 one run of the paper's among ours), 2 differs": the count of
+    each status, the reproduced paper entries split by what was compared (as :func:`tally`)."""
     counts = [(s, sum(e["status"] == s for e in rows)) for s in statuses]
-    return ", ".join(f"{n} {s}" for s, n in counts if n) or "none"
+    return ", ".join(f"{n} {s}" + (_how_reproduced(rows) if s == "reproduced" else "")
+                     for s, n in counts if n) or "none"
 
 
 def _of_paper(entry: dict) -> bool:
