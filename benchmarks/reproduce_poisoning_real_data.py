@@ -598,6 +598,142 @@ def oracle_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int, a
     return {("oracle", f"MLP transfer {eps_gray:g} gray"): record}
 
 
+# ---------------------------------------------------------------------------------------------
+# The seed-free positive control: the implicit attack through the head's regularized optimum.
+#
+# The book's head (HEAD_TRAIN) has no weight decay, and on the MLP's features the victim's set is
+# linearly separable, so that head has no optimum to aim at. The implicit attack
+# (lib.poisoning.transfer_victim.implicit_attack, eqs. (T.6), (T.7)) aims at the optimum of the
+# lambda-regularized head instead, with lambda fixed before any attack by a rule
+# (tv.norm_matched_lambda): the optimum whose norm is that of the attacker's own surrogate head
+# (the book's AdamW head, seed SURROGATE_SEED). It uses no victim seed. Victims: (i) the optimum
+# at the attack's lambda (unique: no seed), (ii) the book's AdamW head retrained on the unseen
+# seeds ORACLE_SEEDS for each of IMPLICIT_EPOCHS (the book's 40, and 4 times as long, both fixed
+# before these runs). Each beside a random control of the arm's size (l2 and l_inf per poison).
+# Poisons: the adversarial-class images nearest the target in the extractor's feature space, as
+# the unrolled attack's. The same code runs on the MLP's and on S4D's frozen features.
+
+IMPLICIT_STEPS = 100
+IMPLICIT_EPOCHS = (40, 160)
+
+
+def _as_float64(phi):
+    """φ in float64 (the implicit attack's precision), differentiable as φ is."""
+    def phi64(x: torch.Tensor) -> torch.Tensor:
+        return phi(x).double()
+
+    return phi64
+
+
+def implicit_task(*, family: str, surrogate_seed: int, extractor_seed: int, target_seed: int,
+                  attack_seed: int, victim_seeds: list[int], eps_gray: float = CONTROL_EPS_GRAY,
+                  steps: int = IMPLICIT_STEPS, epochs: tuple[int, ...] = IMPLICIT_EPOCHS) -> dict:
+    """The implicit attack and its random control against ``family``'s frozen features with a
+    retrained head: per-target outcomes at the optimum, per-pair (target-major) for the AdamW
+    heads of every entry of ``epochs``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    pretrain, (x, y) = split_for_transfer(x_all, y_all)
+    gray = (data_range[1] - data_range[0]) / 16
+    eps = eps_gray * gray
+    victim, extra = control_victim(family, "transfer", pretrain, extractor_seed)
+    ext = extra["extractor_params"]
+    if family == "MLP":
+        phi, width, dtype = tv.mlp_features(ext), MLP_HIDDEN, torch.float64
+    else:
+        phi, width, dtype = tv.s4d_features(ext), MODEL.channels, torch.float32
+    phi64 = _as_float64(phi)
+    surrogate = victim.train(x[None], y[None], [surrogate_seed])
+    with torch.no_grad():
+        predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
+        phi_train, phi_test = phi64(x), phi64(xt)
+    targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
+    head = {k: v.double() for k, v in surrogate.items()}
+    t0 = time.perf_counter()
+    lam = tv.norm_matched_lambda(phi_train, y, 10, head)
+    lam_seconds = time.perf_counter() - t0
+    clean_opt = tv.optimal_head(phi_train, y, 10, lam)
+    index = torch.stack([gm.choose_nearest(phi, x, y, xt[t], c, CONTROL_BUDGET)
+                         for t, c in zip(targets, adversarial, strict=True)])
+    t0 = time.perf_counter()
+    delta = tv.implicit_attack(phi64, x, y, index, xt[targets], adversarial, eps, lam, steps,
+                               data_range=data_range)
+    attack_seconds = time.perf_counter() - t0
+    arms = {"implicit": delta,
+            "random, size of implicit": gm.random_perturbations(x[index], delta, eps, data_range,
+                                                                seed=attack_seed + 1)}
+    adv = torch.tensor(adversarial)
+    rows = torch.arange(len(targets))
+    record: dict = {
+        "family": family, "targets": targets, "adversarial": adversarial, "eps_gray": eps_gray,
+        "steps": steps, "lambda": lam, "victim_seeds": list(victim_seeds),
+        "surrogate_norm": float(torch.cat([head["w"], head["b"][:, :, None]], -1).norm()),
+        "clean_optimum_norm": float(torch.cat([clean_opt["w"], clean_opt["b"][:, :, None]],
+                                              -1).norm()),
+        "clean_optimum_train_accuracy": float(
+            ((phi_train @ clean_opt["w"][0].T + clean_opt["b"][0]).argmax(-1) == y)
+            .double().mean()),
+        "clean_optimum_held_out_accuracy": float(
+            ((phi_test @ clean_opt["w"][0].T + clean_opt["b"][0]).argmax(-1) == yt)
+            .double().mean()),
+        "surrogate_held_out_accuracy": float(tv.accuracy(victim, surrogate, xt, yt)[0]),
+        "extractor_held_out_accuracy": float(extra["extractor"](ext, xt, yt)[0]),
+        "attack_seconds": attack_seconds, "lambda_seconds": lam_seconds, "arms": {},
+    }
+    n_pairs = len(targets) * len(victim_seeds)
+    pair_t = [t for t in targets for _ in victim_seeds]
+    pair_a = [a for a in adversarial for _ in victim_seeds]
+    names = list(arms)
+    for name in names:
+        d = arms[name]
+        norms = torch.linalg.vector_norm(d, dim=-1)
+        entry = {"l2_over_eps_median": float(norms.median() / eps),
+                 "linf_over_eps_median": float(d.abs().amax(-1).median() / eps)}
+        if name.startswith("random, size of "):
+            entry["size_ratio"] = gm.size_ratio(d, arms[name.removeprefix("random, size of ")])
+        # (i) the optimum at the attack's lambda on each poisoned set: one victim per target
+        t0 = time.perf_counter()
+        x_p, y_p = gm.poisoned_sets(x, y, index, d)
+        with torch.no_grad():
+            phi_p = torch.cat([phi_train.expand(len(targets), -1, -1),
+                               phi64(x_p[:, len(x):].reshape(-1, x.shape[1]))
+                               .reshape(len(targets), -1, width)], 1)
+        opt = tv.optimal_head(phi_p, y_p, 10, lam, init={k: v.expand(len(targets), *v.shape[1:])
+                                                         for k, v in clean_opt.items()})
+        z = torch.einsum("akf,af->ak", opt["w"], phi_test[targets]) + opt["b"]
+        others = z.clone()
+        others[rows, adv] = -float("inf")
+        held = (torch.einsum("akf,nf->ank", opt["w"], phi_test) + opt["b"][:, None]).argmax(-1)
+        entry["optimum"] = {
+            "success": (z.argmax(-1) == adv).numpy().astype(int),
+            "margin": (z[rows, adv] - others.max(-1).values).numpy(),
+            "p_adv": torch.softmax(z, -1)[rows, adv].numpy(),
+            "held_out_accuracy": (held == yt).double().mean(-1).numpy(),
+            "seconds": time.perf_counter() - t0,
+        }
+        record["arms"][name] = entry
+    # (ii) the book's AdamW head retrained on the unseen seeds, for each number of epochs
+    all_index = torch.cat([index] * len(names))
+    all_delta = torch.cat([arms[n] for n in names])
+    for n_epochs in epochs:
+        t0 = time.perf_counter()
+        config = tv.HeadTrainConfig(epochs=n_epochs, batch=HEAD_TRAIN.batch, lr=HEAD_TRAIN.lr)
+        head_victim = tv.victim(phi, width, 10, config, name=f"{family} head", dtype=dtype)
+        params = gm.retrain(head_victim, x, y, all_index, all_delta, victim_seeds)
+        out = gm.target_outcome(head_victim, params, xt, yt, pair_t * len(names),
+                                pair_a * len(names))
+        held_out = tv.accuracy(head_victim, params, xt, yt).numpy()
+        seconds = time.perf_counter() - t0
+        for k, name in enumerate(names):
+            part = slice(k * n_pairs, (k + 1) * n_pairs)
+            record["arms"][name][f"adamw {n_epochs}"] = {
+                "success": out["success"][part].astype(int), "p_adv": out["p_adv"][part],
+                "held_out_accuracy": held_out[part], "seconds": seconds}
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return {("implicit", f"{family} transfer {eps_gray:g} gray"): record}
+
+
 S4D_FIT_EPOCHS = (10, 20, 40)
 
 
@@ -637,6 +773,13 @@ def control_tasks() -> list:
         for eps_gray, choices in ORACLE_RUNS
     ] + [
         Task("S4D fit", s4d_fit_task, {"seeds": [0]}, 200.0, (("s4d_fit",),)),
+    ] + [
+        Task(f"implicit {fam} transfer", implicit_task,
+             {"family": fam, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": ORACLE_SEEDS},
+             cost, (("implicit", f"{fam} transfer {CONTROL_EPS_GRAY:g} gray"),))
+        for fam, cost in (("MLP", 480.0), ("S4D", 600.0))
     ]
 
 
@@ -667,6 +810,13 @@ def control_settings() -> dict:
                                       "(the control's)", "nearest images": "nearest the target "
                                       "in the extractor's feature space"}},
         "s4d_fit_epochs": list(S4D_FIT_EPOCHS),
+        "implicit": {"victims": "frozen extractor (MLP or S4D) with a retrained head",
+                     "steps": IMPLICIT_STEPS, "lr_in_eps": 0.1, "start": "zero",
+                     "lambda_rule": "the optimum's norm equals the surrogate head's (seed "
+                     f"{SURROGATE_SEED}, the book's AdamW head)",
+                     "poison_choice": "nearest the target in the extractor's feature space",
+                     "victim_seeds": ORACLE_SEEDS, "adamw_epochs": list(IMPLICIT_EPOCHS),
+                     "eps_gray": CONTROL_EPS_GRAY},
     }
 
 
