@@ -1,5 +1,5 @@
-"""The reproductions ledger: every paper number a chapter recomputes, recorded where it is computed,
-with a verdict that one stated rule earns from the numbers.
+"""The reproductions ledger: every paper number a chapter compares with its runs, recorded where it
+is computed, with a verdict that one stated rule earns from the numbers.
 
 A chapter that compares one of its numbers with a paper's calls :func:`record` beside the ``glue``
 that puts the number into its text, and glues the verdict with :func:`verdict` (a page never types
@@ -522,7 +522,7 @@ def record(
     note: str | None = None,
     against=None,
 ) -> str:
-    """Record one number of a paper that the chapter recomputes; return its status.
+    """Record one number of a paper that the chapter compares with its runs; return its status.
 
     ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one of
     :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
@@ -1141,15 +1141,16 @@ def rule_markdown() -> str:
     """The rule in plain words, as the *Reproductions* page states it before its tables."""
     share, tail = _share(), round(100 * (1 - LEVEL) / 2)
     return "\n".join([
-        "Each value of a paper that a chapter recomputes gets one of six statuses, computed from "
-        "the numbers by one rule. The values are of two sources, counted apart below: numbers "
-        "the papers themselves give (printed in their text and tables, or read off their "
-        "figures), and values read off the authors' published notebooks (a plot, a printout), "
-        "whose rows say \"not a number printed in the paper\". First, what the paper's value "
-        "is: an **exact** value (a deterministic quantity such as a formula or a deterministic "
-        "flow, or one seeded run of the authors' that our code rebuilds seed by seed, with the "
-        "same seed and data), **one run** of a random experiment, a **statistic** (mean, median, "
-        "largest or smallest) of a stated number of runs, or a **range** the paper states. Then:",
+        "Each value of a paper that a chapter compares with its runs gets one of six statuses, "
+        "computed from the numbers by one rule. The values are of two sources, counted apart "
+        "below: numbers the papers themselves give (printed in their text and tables, or read off"
+        " their figures), and values read off the authors' published notebooks (a plot, a "
+        "printout), whose rows say \"not a number printed in the paper\". First, what the paper's "
+        "value is: an **exact** value (a deterministic quantity such as a formula or a "
+        "deterministic flow, or one seeded run of the authors' that our code rebuilds seed by "
+        "seed, with the same seed and data), **one run** of a random experiment, a **statistic** "
+        "(mean, median, largest or smallest) of a stated number of runs, or a **range** the paper"
+        " states. Then:",
         "",
         "- **reproduced**: an exact value agrees with ours within the tolerance shown, which the "
         "chapter states and the row names where it is a reading's: half a unit of the last digit "
@@ -1296,7 +1297,8 @@ def _heading_labels() -> set[str]:
 
 def page_markdown(ledger: dict) -> str:
     """The *Reproductions* page's body (MyST markdown): the rule, the counts by status, then per
-    paper one table of its printed numbers and one of the checks of its statements.
+    paper one table of its values, one of the checks of its statements, and one of the checks
+    recorded with ``of_paper=False`` (our derivations, numerical analysis).
 
     Each row links to its chapter (``{doc}``, the chapter's title) and to the section that
     computes it (``{ref}``, the section's title); a page in ``book/`` renders it.
