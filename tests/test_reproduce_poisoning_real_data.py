@@ -145,3 +145,29 @@ def test_the_oracle_task_on_a_tiny_size(monkeypatch):
         assert len(arm["success"]) == 4 and arm["linf_over_eps_median"] <= 1 + 1e-9
     keys = {t.key for t in rp.tasks()}
     assert {"oracle MLP transfer 2 gray", "oracle MLP transfer 4 gray", "S4D fit"} <= keys
+
+
+def test_the_implicit_task_on_a_tiny_size(monkeypatch):
+    """The seed-free task: the lambda rule holds (the clean optimum has the surrogate head's norm),
+    the random control has the attack's size, the perturbation stays in the eps-box, one outcome
+    per target at the optimum and per (target, seed) pair for each AdamW length."""
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", 2)
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=2))
+    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=2))
+    out = rp.implicit_task(family="MLP", surrogate_seed=100, extractor_seed=200, target_seed=0,
+                           attack_seed=1, victim_seeds=[0, 2], steps=2, epochs=(1, 2))
+    record = out[("implicit", "MLP transfer 2 gray")]
+    _plain(record)
+    assert record["clean_optimum_norm"] == pytest.approx(record["surrogate_norm"], rel=1e-4)
+    assert record["lambda"] > 0 and len(record["targets"]) == 2
+    ratio = record["arms"]["random, size of implicit"]["size_ratio"]
+    assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    for arm in record["arms"].values():
+        assert arm["linf_over_eps_median"] <= 1 + 1e-9
+        assert len(arm["optimum"]["success"]) == 2 and len(arm["optimum"]["margin"]) == 2
+        # a target is flipped at the optimum exactly when its adversarial margin is positive
+        assert np.array_equal(arm["optimum"]["success"], arm["optimum"]["margin"] > 0)
+        for e in (1, 2):
+            assert len(arm[f"adamw {e}"]["success"]) == 4
+    keys = {t.key for t in rp.tasks()}
+    assert {"implicit MLP transfer", "implicit S4D transfer"} <= keys
