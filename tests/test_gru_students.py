@@ -125,3 +125,39 @@ def test_states_are_what_the_readout_reads():
     assert states.shape == (2, 3, 5, 4)
     assert torch.allclose((states * net.readout[:, None, None, :]).sum(-1), net.outputs(x),
                           rtol=0, atol=0)
+
+
+def test_window_only_errors_are_the_teacher_fed_its_last_k_inputs():
+    """Brute force: for every t ≥ k, the teacher run from zero on x_{t−k+1..t}; and the runs of
+    a batch with mixed lengths give what each gives alone."""
+    teachers = gs.train_gru_teachers(3, TARGET, [0, 1], steps=20, lr=1e-2, dtype="float64")
+    ks, length, n = [2, 4], 9, 40
+    got = gs.gru_window_only_errors(teachers, ks, length=length, n=n, chunk=3)
+    x = torch.randn(n, length, generator=torch.Generator().manual_seed(12345), dtype=DT)
+    for run, k in enumerate(ks):
+        one = gs.select(teachers, [run])
+        y = one.outputs(x[None])[0]
+        gaps = [(one.outputs(x[None, :, t - k + 1:t + 1])[0, :, -1] - y[:, t]).abs().mean().item()
+                for t in range(k, length)]
+        assert np.isclose(got[run], max(gaps), rtol=1e-12, atol=0)
+        alone = gs.gru_window_only_errors(one, [k], length=length, n=n)
+        assert np.isclose(alone[0], got[run], rtol=1e-12, atol=0)
+    # a window as long as the evaluation is the teacher itself: no gap beyond it is possible
+    with pytest.raises(ValueError):
+        gs.gru_window_only_errors(teachers, [9, 9], length=9)
+    with pytest.raises(ValueError):
+        gs.gru_window_only_errors("teachers", [2], length=9)
+
+
+def test_teachers_fit_as_a_filter_learn_the_target_on_gaussian_inputs():
+    """fit="filter": the teacher's output on Gaussian inputs approaches Σ_j h_j x_{t−j}."""
+    h = torch.tensor([0.9**j for j in range(8)], dtype=DT)
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(3), dtype=DT)
+    goal = torch.stack([x[:, : t + 1].flip(-1) @ h[: t + 1] for t in range(8)], 1)
+    teachers = gs.train_gru_teachers(3, h, [0], steps=300, lr=1e-2, dtype="float64",
+                                     fit="filter", n_fit=100)
+    gap = ((teachers.outputs(x[None])[0] - goal) ** 2).mean()
+    # from scale 1e-6 the output is ~0, a loss of mean goal²; training must cut it fourfold
+    assert gap < 0.25 * (goal**2).mean()
+    with pytest.raises(ValueError):
+        gs.train_gru_teachers(3, h, [0], steps=2, fit="noise")

@@ -56,6 +56,7 @@ __all__ = [
     "GRUBatch",
     "gru_init",
     "gru_tail_errors",
+    "gru_window_only_errors",
     "select",
     "train_gru_students",
     "train_gru_teachers",
@@ -162,24 +163,44 @@ def _adam(net: GRUBatch, lr: float) -> torch.optim.Adam:
 
 
 def train_gru_teachers(width: int, target, seeds, *, init_scale: float = 1e-6, steps: int = 1000,
-                       lr: float = 1e-3, dtype: str = "float32", device: str = "cpu") -> GRUBatch:
+                       lr: float = 1e-3, dtype: str = "float32", device: str = "cpu",
+                       fit: str = "impulse", n_fit: int = 100, fit_seed: int = 7) -> GRUBatch:
     """Teachers as in App. C.2.3: from :func:`gru_init` at scale ``init_scale``, ``steps`` Adam
-    steps on Σ_t (y_t(impulse) − target_t)², the impulse being (1, 0, 0, …) of the target's
-    length. One teacher per seed; returned frozen (no gradients)."""
+    steps towards the impulse response h = ``target`` (length T). ``fit="impulse"`` (default):
+    the loss is Σ_t (y_t(impulse) − h_t)², the impulse being (1, 0, 0, …) of length T.
+    ``fit="filter"``: the loss is the mean over ``n_fit`` fixed standard Gaussian sequences x of
+    length T (from ``fit_seed``, shared by all runs) and over t < T of (y_t(x) − Σ_{j≤t} h_j
+    x_{t−j})², i.e. the teacher learns the linear filter with impulse response h on the paper's
+    inputs (App. C: Gaussian, zero mean, scale 1), not on the impulse alone. One teacher per
+    seed; returned frozen (no gradients)."""
     target = as_tensor(target, "target", ndim=1, nonempty=True)
     steps = as_int(steps, "steps", minimum=1, maximum=10**7)
+    fit = as_choice(fit, "fit", ("impulse", "filter"))
+    n_fit = as_int(n_fit, "n_fit", minimum=1, maximum=10**6)
     # the optimizer holds lr in the weights' dtype: beyond its largest number, torch's
     # RuntimeError ("cannot be converted ... without overflow") at the first step
     lr = as_float(lr, "lr", minimum=0.0, open_minimum=True, maximum=torch.finfo(_dtype(dtype)).max)
     net = gru_init(width, seeds, scale=init_scale, dtype=dtype, device=device)
     device = net.w_h.device
     goal = target.to(device=device, dtype=net.w_h.dtype)
-    impulse = torch.zeros(net.runs, 1, goal.shape[0], dtype=goal.dtype, device=device)
-    impulse[:, 0, 0] = 1.0
+    length = goal.shape[0]
+    if fit == "impulse":
+        inputs = torch.zeros(net.runs, 1, length, dtype=goal.dtype, device=device)
+        inputs[:, 0, 0] = 1.0
+        labels = goal.expand(net.runs, 1, length)
+    else:
+        generator = torch.Generator().manual_seed(as_seeds([fit_seed])[0])
+        x = torch.randn(n_fit, length, generator=generator, dtype=torch.float64)
+        h = target.detach().to("cpu", torch.float64)
+        # (h * x)_t = Σ_{j ≤ t} h_j x_{t−j}, one step at a time (T is small)
+        y = torch.stack([x[:, : t + 1].flip(-1) @ h[: t + 1] for t in range(length)], 1)
+        inputs = x.to(device=device, dtype=goal.dtype).expand(net.runs, n_fit, length)
+        labels = y.to(device=device, dtype=goal.dtype).expand(net.runs, n_fit, length)
     optimizer = _adam(net, lr)
     for _ in range(steps):
         optimizer.zero_grad()
-        loss = ((net.outputs(impulse)[:, 0] - goal) ** 2).sum()
+        squares = (net.outputs(inputs) - labels) ** 2
+        loss = squares.sum() if fit == "impulse" else squares.mean((1, 2)).sum()
         loss.backward()
         optimizer.step()
     teachers = net.detached()
@@ -362,3 +383,37 @@ def select(net: GRUBatch, runs) -> GRUBatch:
         raise ValueError(f"runs must be a non-empty list of run indices, got {runs!r:.60}")
     chosen = torch.tensor(index, device=net.w_h.device)
     return GRUBatch(*[t.detach()[chosen].clone() for t in net.tensors()])
+
+
+def gru_window_only_errors(teachers: GRUBatch, ks, *, length: int, n: int = 1000,
+                           seed: int = 12345, chunk: int = 12) -> np.ndarray:
+    """Per run r: the error of the predictor that fits the training window and forgets, in the
+    order of :func:`gru_tail_errors`: max_{k ≤ t < length} mean_x |y_t − y^(k)_t| with k = ks[r],
+    y_t teacher r's output and y^(k)_t its output on the last k inputs x_{t−k+1}, …, x_t alone
+    (state zero before them), on the same ``n`` Gaussian sequences (``seed``). y^(k) equals the
+    teacher on every training sequence of length k (output k − 1 has read k inputs) and carries
+    nothing older than k steps; for a linear teacher with impulse response h its error is
+    √(2/π)·(Σ_{k ≤ j < length} h_j²)^½."""
+    if not isinstance(teachers, GRUBatch):
+        raise ValueError(f"teachers must be a GRUBatch, got {type(teachers).__name__}")
+    ks, _ = _check_runs(teachers, ks, [0] * teachers.runs)
+    length = as_int(length, "length", minimum=max(ks) + 1, maximum=100_000)
+    n = as_int(n, "n", minimum=1, maximum=10**6)
+    chunk = as_int(chunk, "chunk", minimum=1, maximum=100_000)
+    generator = torch.Generator().manual_seed(as_seeds([seed])[0])
+    x = torch.randn(n, length, generator=generator, dtype=torch.float64)
+    x = x.to(device=teachers.w_h.device, dtype=teachers.w_h.dtype).expand(teachers.runs, n, length)
+    out = np.zeros(teachers.runs)
+    with torch.no_grad():
+        y = teachers.outputs(x).double()
+        for k in sorted(set(ks)):
+            runs = [r for r, kr in enumerate(ks) if kr == k]
+            sub, xs, ys = select(teachers, runs), x[runs], y[runs]
+            gaps = []
+            for start in range(k, length, chunk):
+                steps = list(range(start, min(length, start + chunk)))
+                windows = torch.cat([xs[:, :, t - k + 1:t + 1] for t in steps], 1)
+                y_k = sub.outputs(windows)[:, :, -1].double().reshape(len(runs), len(steps), n)
+                gaps.append((y_k - ys[:, :, steps].transpose(1, 2)).abs().mean(2))
+            out[runs] = torch.cat(gaps, 1).max(1).values.cpu().numpy()
+    return out
