@@ -64,6 +64,9 @@ def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_s
     values = _seeds(ours)
     if paper_stat == "exact":
         expected = "reproduced" if abs(float(values) - paper_value) <= tol else "not reproduced"
+        # rule 8 for an exact value: a tolerance of at least half the (non-zero) value
+        if expected == "reproduced" and paper_value != 0 and tol >= abs(paper_value) / 2:
+            expected = "weak evidence"
     elif values.ndim == 0:  # one value of ours against a random number of the paper
         expected = "weak evidence" if abs(float(values) - paper_value) <= tol else "inconclusive"
     else:

@@ -78,6 +78,11 @@ def test_a_band_that_holds_half_or_double_the_papers_value_is_weak_evidence(chap
     assert _rec("negative", -7.5, -seeds, "single") == "weak evidence"
     assert _rec("zero", 0.0, np.linspace(-1.0, 1.0, 9), "single") == "reproduced"
     assert _rec("narrow", 0.55, np.linspace(0.4, 0.7, 9), "single") == "reproduced"
+    # an exact value whose tolerance window holds half or double it: 5 000 +- 5 000 (a reading
+    # bracketed by printouts at 0 and 10 000) holds 2 500 and 10 000
+    assert _rec("bracket", 5000.0, 9171.0, "exact", tol=5000.0) == "weak evidence"
+    assert _rec("bracket-narrow", 5000.0, 5400.0, "exact", tol=500.0) == "reproduced"
+    assert "half or double" in ledger._compared_text(_entries(chapter)["bracket"])
     # the escape times of the module docstring: 13 450 in a band from 12 020 to 52 550
     assert ledger._too_wide([12020.0, 52550.0], 13450.0)
     assert not ledger._too_wide([12020.0, 26000.0], 13450.0)
@@ -599,13 +604,14 @@ def test_the_counts_split_the_papers_numbers_from_values_read_off_the_authors_no
     assert ledger._source_counts(entries) == (
         "2 from the papers themselves (printed, or read off their figures): 1 reproduced, "
         "1 not reproduced; 3 read off the authors' published notebooks (their plots and "
-        "printouts), not printed in the papers: 2 reproduced, 1 not reproduced")
+        "printouts), not printed in the papers: 1 reproduced, 1 weak evidence, "
+        "1 not reproduced")  # the bracket 5 000 ± 5 000 holds 10 000: rule 8
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})
     assert "**5 values** of 1 paper:" in page
     assert "- 2 from the papers themselves" in page and "- 3 read off the authors'" in page
     # an exact entry read off a plot or a printout names the kind of its tolerance
     assert "ours within ± 200 (half the interval read off the authors' plot)" in page
-    assert "ours within ± 5000 (half the bracket of the authors' printout)" in page
+    assert "ours within ± 5000 (half the bracket of the authors' printout); that window" in page
     assert "ours within ± 5.00\u00a0×\u00a010⁻⁶ |" in page  # a printed number: no reading named
 
 

@@ -70,7 +70,11 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    central 90 % but that band also holds ``p/2`` or ``2p`` (eq. ``low ≤ p/2 ≤ high`` or
    ``low ≤ 2p ≤ high``), our runs cannot tell the paper's number from half or double of it: the
    agreement is **weak evidence**, not a reproduction (a band of escape times from 12 000 to
-   52 000 holds the paper's 13 450 and its double alike).
+   52 000 holds the paper's 13 450 and its double alike). The same holds for an ``"exact"``
+   value whose tolerance window ``[p − tol, p + tol]`` holds ``p/2`` or ``2p`` (``tol ≥ |p|/2``: a
+   reading bracketed between 0 and 10 000 printouts, ``p = 5 000 ± 5 000``): an agreement within
+   it is weak evidence. A paper's value of 0 has no half or double apart from itself, so rule 8
+   does not apply to it; a band around 0 is judged by rules 3, 4 and 7 alone.
 9. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
    paragraph that shows it (``explain``), else **not reproduced**.
 
@@ -407,6 +411,8 @@ def _status(entry: dict) -> str:
         agrees = _share_inside(inside, low, high) >= LEVEL
     elif stat == "exact":
         agrees = abs(ours["value"] - paper) <= tol
+        if agrees and _too_wide([paper - tol, paper + tol], paper):
+            return "weak evidence"  # rule 8: a tolerance that spans half or double the value
     elif _one_sided(stat, entry["paper_n"], ours):
         agrees = abs(_ours_statistic(stat, ours) - paper) <= tol
         return "weak evidence" if agrees else "inconclusive"
@@ -1080,7 +1086,11 @@ def _compared_text(entry: dict) -> str:
     if stat == "exact":
         words = " ".join(entry["item"].split())
         kind = next((why for mark, why in _READINGS if mark in words), None)
-        return f"ours within ± {_number(tol)}" + (f" ({kind})" if kind else "")
+        text = f"ours within ± {_number(tol)}" + (f" ({kind})" if kind else "")
+        paper = entry["paper_value"]
+        if _too_wide([paper - tol, paper + tol], paper):
+            text += "; that window also holds half or double the paper's value"
+        return text
     if stat == "interval":
         if "value" in ours:
             return "our one run against the range; no spread of ours"
@@ -1176,7 +1186,9 @@ def rule_markdown() -> str:
         "entry is inconclusive). Also weak evidence: the paper's number lies in the middle "
         f"{share} of ours, but that band is so wide that it also holds half or double the "
         "paper's number, so our runs cannot tell the paper's value from one twice as small or "
-        "twice as large;",
+        "twice as large; likewise an exact value whose tolerance is at least half the paper's "
+        "value (a reading bracketed by printouts 0 and 10 000 as 5 000 ± 5 000). A paper's value "
+        "of 0 has no half or double apart from itself, so this test does not apply to it;",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
         "contrast; the other arm's number, for one arm of a clean/poisoned pair), or the paper's "
