@@ -84,19 +84,21 @@ def module(chapter: str):
     return importlib.import_module(PREFIX + chapter.replace("-", "_"))
 
 
+def files_of(chapter: str) -> dict[str, tuple]:
+    """The committed results files the reproduce module of ``chapter`` writes: name -> (tasks,
+    finish). A module writes ``<chapter>.json`` by default; one that writes more lists them in
+    ``FILES``."""
+    mod = module(chapter)
+    if hasattr(mod, "FILES"):
+        return dict(mod.FILES)
+    if hasattr(mod, "tasks"):
+        return {chapter: (mod.tasks, mod.finish)}
+    return {chapter: (None, None)}  # a module without tasks: the check says so
+
+
 def files() -> dict[str, tuple]:
-    """Every committed results file a reproduce module writes: name -> (tasks, finish). A module
-    writes ``<chapter>.json`` by default; one that writes more lists them in ``FILES``."""
-    out = {}
-    for chapter in chapters():
-        mod = module(chapter)
-        if hasattr(mod, "FILES"):
-            out |= mod.FILES
-        elif hasattr(mod, "tasks"):
-            out[chapter] = (mod.tasks, mod.finish)
-        else:
-            out[chapter] = (None, None)  # a module without tasks: the check says so
-    return out
+    """Every committed results file a reproduce module writes: name -> (tasks, finish)."""
+    return {name: spec for chapter in chapters() for name, spec in files_of(chapter).items()}
 
 
 def digest(results: dict, paths) -> str:
@@ -262,7 +264,8 @@ def check(wanted: list[str], *, sample: int, budget: float, seed: int | None) ->
     rng = random.Random(seed)
     problems = []
     known = files()
-    names = [n for n in known if n in wanted or n.split("-paper-scale")[0] in wanted]
+    # every file a wanted chapter's module writes, whatever its name (e.g. a chapter's probe file)
+    names = [n for chapter in wanted for n in files_of(chapter)]
     if set(wanted) == set(chapters()):  # every committed file must come from a module
         loose = sorted(p.stem for p in results_path("ledger").parent.glob("*.json")
                        if p.stem != "ledger" and p.stem not in known)

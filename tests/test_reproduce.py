@@ -197,6 +197,30 @@ def test_a_number_edited_by_hand_names_its_file_and_task(results_copy):
     assert "greedy-learning.json" in problems[0] and "task ours clean seed=5" in problems[0]
 
 
+def test_the_check_of_a_chapter_covers_every_file_its_module_writes(results_copy, capsys):
+    """A chapter's extra file (recurrent-students' probe) is checked with the chapter: a number
+    edited by hand in it fails `--check recurrent-students`."""
+    assert set(reproduce.files()) == {n for c in reproduce.chapters()
+                                      for n in reproduce.files_of(c)}
+    assert "recurrent-students-probe" in reproduce.files_of("recurrent-students")
+    path = results_copy / "recurrent-students-probe.json"
+    record = json.loads(path.read_text())
+    digests = {json.dumps(t) for t in record.get("tasks", {}).values()}
+    assert digests, "the probe file records its tasks' digests"
+
+    def scale(node):  # every float of the results, times 1.001
+        if isinstance(node, dict):
+            return {k: scale(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [scale(v) for v in node]
+        return node * 1.001 if isinstance(node, float) and node != 0 else node
+
+    record["results"] = scale(record["results"])
+    path.write_text(json.dumps(record, indent=1))
+    assert reproduce.check(["recurrent-students"], sample=0, budget=0.0, seed=0) == 1
+    assert "recurrent-students-probe.json" in capsys.readouterr().out
+
+
 def test_a_recomputed_task_that_moved_names_its_file_and_task(results_copy, monkeypatch):
     """A cheap task is recomputed; the code now computes something else (a changed constant)."""
     mod = reproduce.module("greedy-learning")
