@@ -93,12 +93,14 @@ def cases() -> list[Case]:
         Case("ssm.gru_students.select", lambda runs: _batch(gs.select(_NET, runs)),
              [P("runs", [0, 0], "seq")]),
         Case("ssm.gru_students.train_gru_teachers",
-             lambda width, target, seeds, steps=2, lr=1e-2, dtype="float64", device="cpu":
+             lambda width, target, seeds, steps=2, lr=1e-2, dtype="float64", device="cpu",
+             fit="impulse", n_fit=3:
              _batch(gs.train_gru_teachers(width, target, seeds, steps=steps, lr=lr, dtype=dtype,
-                                          device=device)),
+                                          device=device, fit=fit, n_fit=n_fit)),
              [P("width", 2, "int"), P("target", t(1.0, 0.5, 0.25), "tensor"),
               P("seeds", [0], "seq"), P("steps", 2, "int", True), P("lr", 1e-2, "float", True),
-              P("dtype", "float32", "choice", True), P("device", "cpu", "device", True)],
+              P("dtype", "float32", "choice", True), P("device", "cpu", "device", True),
+              P("fit", "filter", "choice", True), P("n_fit", 3, "int", True)],
              examples=5),
         Case("ssm.gru_students.train_gru_students",
              lambda ks, seeds, width=2, max_steps=3, batch=2, lr=1e-3: _batch(
@@ -109,6 +111,11 @@ def cases() -> list[Case]:
               P("max_steps", 3, "int", True), P("batch", 2, "int", True),
               P("lr", 1e-3, "float", True)],
              examples=5),
+        Case("ssm.gru_students.gru_window_only_errors",
+             lambda ks, length=4, n=5, chunk=2: gs.gru_window_only_errors(
+                 _NET, ks, length=length, n=n, chunk=chunk),
+             [P("ks", [2], "seq"), P("length", 4, "int", True), P("n", 5, "int", True),
+              P("chunk", 2, "int", True)]),
         Case("ssm.gru_students.gru_tail_errors",
              lambda ks, length=4, n=5: gs.gru_tail_errors(_NET, _NET, ks, length=length, n=n),
              [P("ks", [2], "seq"), P("length", 4, "int", True), P("n", 5, "int", True)]),

@@ -24,7 +24,10 @@ little more than one run where the product is small. Runs never interact: the tr
 sum of the runs' own losses, and Adam is coordinate-wise. The paper does not say which outputs
 enter the students' loss; :func:`train_gru_students` uses the last one by default (as in the linear
 loss of its eq. 3.3) or every output of the window (its App. D, eq. D.1, ``loss="all"``), on a
-fixed set of Gaussian training sequences, and stops each run early on held-out ones. Tensors are
+fixed set of Gaussian training sequences, and stops each run early on held-out ones.
+:func:`gru_window_only_errors` gives the error of the predictor that reproduces a teacher on the
+last k inputs and forgets everything older, a bar that, unlike the zero solution, a student must
+beat to show memory beyond its training window. Tensors are
 float32 by default (PyTorch's default, which the paper used); ``dtype="float64"`` is available for
 tests.
 """
