@@ -236,6 +236,31 @@ def test_a_tally_tells_an_exact_match_from_one_run_placed_among_ours(chapter):
         ledger.tally("t-exact")
 
 
+def test_arithmetic_of_the_papers_setting_is_counted_apart_from_outcomes_of_runs(chapter):
+    """closed_form changes no status; it is stored only when true and split out of the
+    reproduced count, even when every reproduced entry is one (no bare "6 reproduced")."""
+    assert _rec("c-min-norm", 0.2, 0.2, "exact", tol=0.05, closed_form=True) == "reproduced"
+    assert _rec("c-run", 1.0, 1.0, "exact", tol=0.01) == "reproduced"
+    assert _rec("c-miss", 0.5, 0.4, "exact", tol=0.05, closed_form=True) == "not reproduced"
+    entries = _entries(chapter)
+    assert entries["c-min-norm"]["closed_form"] is True and "closed_form" not in entries["c-run"]
+    assert ledger.tally(ledger.recorded("c-min-norm", "c-run")) == (
+        "2 entries: 2 reproduced (1 arithmetic of the paper's setting without a run, 1 exact)")
+    assert ledger.tally(ledger.recorded("c-min-norm")) == (
+        "1 entry: 1 reproduced (1 arithmetic of the paper's setting without a run)")
+    assert ledger.rule_problems({"t": entries}) == []
+    page = ledger.page_markdown({"some-chapter": entries})
+    assert "2 reproduced (1 arithmetic of the paper's setting without a run, 1 exact)" in page
+    assert "*arithmetic of the paper's setting without a run*" in page
+    with pytest.raises(ValueError, match="paper_stat='exact'"):
+        _rec("c-single", 0.2, 0.2, "single", tol=0.05, closed_form=True)
+    with pytest.raises(ValueError, match="closed_form"):
+        _rec("c-flag", 0.2, 0.2, "exact", tol=0.05, closed_form="yes")
+    bad = dict(entries["c-run"], closed_form=False)
+    with pytest.raises(ValueError, match="closed_form is stored only as true"):
+        ledger.page_markdown({"some-chapter": {"c-run": bad}})
+
+
 def test_an_exact_value_is_reproduced_within_its_tolerance(chapter):
     assert _rec("a", 1.27e-3, 1.2712e-3, "exact", tol=5e-6) == "reproduced"
     assert _rec("b", 1.27e-3, 1.29e-3, "exact", tol=5e-6) == "not reproduced"

@@ -527,6 +527,7 @@ def record(
     explain: str | None = None,
     note: str | None = None,
     against=None,
+    closed_form: bool = False,
 ) -> str:
     """Record one number of a paper that the chapter compares with its runs; return its status.
 
@@ -546,7 +547,10 @@ def record(
     the table; ``against``: a value the paper's number must be told apart from (the null 0 of a
     contrast, or the other arm's paper value), or our other arm's runs (one value per seed, at
     least as many as ``paper_n``), for a spread of ours placed against a single run or a statistic
-    of the paper's runs (rule 7).
+    of the paper's runs (rule 7); ``closed_form``: True when the paper's value (an ``"exact"`` one)
+    is arithmetic or a closed form of the paper's setting (a minimum-norm solution, the speed of a
+    given direction) rather than the outcome of a run: it changes no status, but is stored and
+    counted apart from reproduced outcomes of runs (:func:`tally`, the *Reproductions* page).
 
     The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
     ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
@@ -558,6 +562,12 @@ def record(
     if not isinstance(paper_stat, str) or paper_stat not in PAPER_STATS:
         raise ValueError(f"paper_stat must be one of {PAPER_STATS}, got {paper_stat!r:.60}")
     in_hypotheses = _flag(in_hypotheses, "in_hypotheses")
+    closed_form = _flag(closed_form, "closed_form")
+    if closed_form and paper_stat != "exact":
+        raise ValueError(
+            f"closed_form marks arithmetic of the paper's setting, a deterministic value: it needs "
+            f"paper_stat='exact', not {paper_stat!r:.60}"
+        )
     if paper_stat == "interval":
         if not isinstance(paper_value, (tuple, list)):
             raise ValueError(
@@ -656,6 +666,8 @@ def record(
         "reason": _text(reason, "reason", optional=True), "explain": explain,
         "note": _text(note, "note", optional=True),
     }
+    if closed_form:
+        entry["closed_form"] = True
     if against is not None:
         entry["against"] = against
     if against_runs is not None:
@@ -749,7 +761,8 @@ def recorded(*keys: str) -> list[dict]:
 
 
 #: How :func:`tally` names what a reproduced paper number was compared with.
-_HOW_REPRODUCED = {"exact": "exact", "single": "one run of the paper's among ours",
+_HOW_REPRODUCED = {"closed_form": "arithmetic of the paper's setting without a run",
+                   "exact": "exact", "single": "one run of the paper's among ours",
                    "statistic": "a statistic of the paper's runs among ours",
                    "interval": "a range of the paper's holding ours"}
 
@@ -785,8 +798,11 @@ def tally(entries: Sequence[dict]) -> str:
 
 def _how_reproduced(entries: Sequence[dict]) -> str:
     """" (12 exact, 6 one run of the paper's among ours)": the reproduced paper entries split by
-    what was compared; empty when there are none, or when all are exact."""
-    kinds = [e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
+    what was compared, with the values recorded as ``closed_form`` (arithmetic of the paper's
+    setting) counted apart from the exact outcomes of runs; empty when there are none, or when all
+    are exact outcomes of runs."""
+    kinds = ["closed_form" if e.get("closed_form") is True
+             else e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
              else "statistic" for e in entries
              if e["status"] == "reproduced" and e["kind"] == "paper"]
     split = [f"{kinds.count(k)} {how}" for k, how in _HOW_REPRODUCED.items() if kinds.count(k)]
@@ -824,6 +840,9 @@ def _check_entry(entry: object, where: str) -> None:
                          f"{entry['of_paper']!r:.40}")
     if entry["paper"] not in PAPERS:
         raise ValueError(f"{where} has the unknown paper {entry['paper']!r:.40}")
+    if kind == "paper" and "closed_form" in entry and (
+            entry["closed_form"] is not True or entry["paper_stat"] != "exact"):
+        raise ValueError(f"{where}: closed_form is stored only as true, on an exact entry")
     if kind == "paper" and entry["paper_stat"] not in PAPER_STATS:
         raise ValueError(f"{where} has the unknown paper_stat {entry['paper_stat']!r:.40}")
     ours = entry["ours"]
@@ -1362,6 +1381,8 @@ def page_markdown(ledger: dict) -> str:
                             else f"{{ref}}`why <{label}>`")
                     status += f": {entry['reason']} ({link})"
                 extras = [s for s in (entry["setting"], entry["note"]) if s]
+                if entry.get("closed_form") is True:
+                    extras.append(_HOW_REPRODUCED["closed_form"])
                 item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
                 where = _where(chapter, entry["section"], headings)
                 cells = (item, _paper_text(entry), _ours_text(entry["ours"]),
