@@ -1347,6 +1347,11 @@ def page_markdown(ledger: dict) -> str:
         f"{_plural(len({e['paper'] for e in numbers}), 'paper')}:", "",
         *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)),
         *([] if parts else ["none."]), "",
+        "The inconclusive counts above include every case where one value of ours (one run, or "
+        "as many seeds as the paper's statistic used) misses a random number of the paper or "
+        "lies outside its range: such a miss is never counted as differs or not reproduced, so a"
+        " small count of those two statuses does not show that every such comparison agreed.",
+        "",
         f"**{_plural(len(checks), 'check')}**: {_check_counts(checks)}.",
         "",
     ]
