@@ -171,3 +171,43 @@ def test_the_implicit_task_on_a_tiny_size(monkeypatch):
             assert len(arm[f"adamw {e}"]["success"]) == 4
     keys = {t.key for t in rp.tasks()}
     assert {"implicit MLP transfer", "implicit S4D transfer"} <= keys
+
+
+def test_placed_sets_append_or_replace():
+    x = torch.arange(12, dtype=torch.float64).reshape(6, 2)
+    y = torch.tensor([0, 1, 0, 1, 0, 1])
+    index = torch.tensor([[0, 2], [1, 3]])
+    delta = torch.full((2, 2, 2), 0.5, dtype=torch.float64)
+    xa, ya, wa = rp.placed_sets(x, y, index, delta, "append")
+    assert xa.shape == (2, 8, 2) and torch.equal(xa[:, :6], x.expand(2, -1, -1))
+    assert torch.equal(xa[1, wa[1]], x[index[1]] + 0.5) and torch.equal(ya[0, 6:], y[index[0]])
+    xr, yr, wr = rp.placed_sets(x, y, index, delta, "replace")
+    assert xr.shape == (2, 6, 2) and torch.equal(wr, index) and torch.equal(yr[0], y)
+    assert torch.equal(xr[0, [0, 2]], x[[0, 2]] + 0.5) and torch.equal(xr[0, [1, 3, 4, 5]],
+                                                                       x[[1, 3, 4, 5]])
+    with pytest.raises(ValueError, match="placement"):
+        rp.placed_sets(x, y, index, delta, "insert")
+
+
+def test_the_wide_scratch_task_on_a_tiny_size():
+    """The from-scratch task: the random control has the attack's size, the perturbation stays in
+    the eps-box, one outcome per (target, seed) pair for every placement and arm, a flip exactly
+    when the adversarial margin is positive."""
+    out = rp.wide_scratch_task(surrogate_seed=100, target_seed=0, attack_seed=1,
+                               victim_seeds=[0, 2], hidden=8,
+                               train=rp.mlp_victim.TrainConfig(epochs=1), members=2,
+                               placements=("append", "replace"), budget=3, targets_n=2,
+                               steps=2, restarts=1)
+    record = out[("wide_scratch", "MLP 8 scratch 2 gray")]
+    _plain(record)
+    assert len(record["surrogate_train_accuracy"]) == 2 and len(record["targets"]) == 2
+    ratio = record["arms"]["random"]["size_ratio"]
+    assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    for arm in record["arms"].values():
+        assert arm["linf_over_eps_median"] <= 1 + 1e-9 and len(arm["matching_loss"]) == 2
+        for placement in ("append", "replace"):
+            got = arm[placement]
+            assert len(got["success"]) == 4 and len(got["poison_accuracy"]) == 4
+            assert np.array_equal(got["success"], got["margin"] > 0)
+    keys = {t.key for t in rp.tasks()}
+    assert "wide MLP scratch 2 gray" in keys
