@@ -24,6 +24,12 @@ of one core.
 trained three ways (as committed, from a near-zero initialization, with the loss on every output;
 ``PROBE``), about 12 minutes of one core.
 
+``BOOK_WORKERS=2 python benchmarks/reproduce_recurrent_students.py --threshold OUT_DIR`` writes
+``recurrent-students-threshold.json``: the test of the paper's threshold (``THRESHOLD``), at
+three tenths of the widths with teachers that learn a target of order 3 as a filter, students
+trained to early stopping, and the forgetting predictor as the bar; two tasks of five seeds, run
+side by side, about half an hour of wall time on two shared cores.
+
 Every run of one setting (ten seeds × all lengths) is one batch of GRUs
 (:mod:`lib.ssm.gru_students`): the runs read sequences of the longest length and each learns its
 teacher's output at its own step k_g (which depends on the first k_g inputs only).
@@ -244,9 +250,138 @@ def probe(out_dir: Path) -> Path:
     return path
 
 
+#: The test of the paper's threshold (the chapter's rs-threshold), designed before it ran: at three
+#: tenths of the widths (teachers of width 3, students of width 30), a target of linear order 3
+#: (the teacher's width; ``threshold_target``) that each teacher learns as a linear filter on
+#: Gaussian inputs (``fit="filter"``, 1000 Adam steps at learning rate 10⁻², so that the teacher
+#: remembers on the inputs the students see: trained on the impulse alone, our width-3 teachers
+#: forget Gaussian inputs within a few steps, and a forgetting student would be nearly exact at
+#: four widths), training lengths of 2, 3, 4, 5 and 6 teacher widths,
+#: the evaluation window T = 2 · 18, ten seeds, and every student trained to early stopping: a
+#: held-out check every 250 steps, patience 2000 steps, at most 8000 steps. The criterion, which a
+#: predictor that forgets everything older than its window fails: the student's error (as
+#: ``gs.gru_tail_errors``) below half that of the window-only predictor
+#: (``gs.gru_window_only_errors``) on the same teacher and sequences; 1 is the forgetting
+#: predictor, 0 the teacher, 1/2 the midpoint. The paper puts the threshold at about four widths.
+THRESHOLD = {"teacher_width": 3, "student_width": 30, "widths": [2, 3, 4, 5, 6], "length": 36,
+             "max_steps": 8000, "check_every": 250, "patience": 2000, "cutoff": 0.5,
+             "teacher_fit": "filter", "teacher_lr": 1e-2, "teacher_fit_sequences": 100,
+             "seed_groups": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]}
+
+
+def threshold_target(length: int) -> torch.Tensor:
+    """ρ^j cos(2π j 3 / T) + ½ σ^j with ρ = 0.3^{1/T}, σ = 0.1^{1/T} (T = ``length``): a damped
+    cosine (three periods, 30 % left at the window's end) plus a decaying exponential, linear
+    order 3; it decays slowly, so that forgetting costs something even at six widths."""
+    j = torch.arange(length, dtype=torch.float64)
+    return 0.3 ** (j / length) * torch.cos(2 * math.pi * j * 3 / length) + 0.5 * 0.1 ** (j / length)
+
+
+def hankel_values(response: np.ndarray) -> np.ndarray:
+    """Singular values of the square Hankel matrix (h_{a+b}) of ``response`` (a, b < len/2), over
+    the largest: the linear order is the number well above 0."""
+    half = len(response) // 2
+    hankel = np.array([[response[a + b] for b in range(half)] for a in range(half)])
+    values = np.linalg.svd(hankel, compute_uv=False)
+    return values / values[0]
+
+
+def threshold_run(group: int) -> dict:
+    """One group of seeds of ``THRESHOLD`` (COMMON otherwise): teachers, students at every length,
+    and per length × seed the student's error, the window-only predictor's, the zero
+    solution's, the steps taken and the best step; per seed the teacher's impulse response."""
+    s = {**COMMON, **THRESHOLD}
+    seeds = s["seed_groups"][group]
+    ks = [m * s["teacher_width"] for m in s["widths"]]
+    torch.set_num_threads(1)
+    teachers = gs.train_gru_teachers(s["teacher_width"], threshold_target(s["length"]), seeds,
+                                     init_scale=s["teacher_init"], steps=s["teacher_steps"],
+                                     lr=s["teacher_lr"], dtype=s["dtype"], fit=s["teacher_fit"],
+                                     n_fit=s["teacher_fit_sequences"])
+    pairs = [(k, column) for k in ks for column in range(len(seeds))]
+    matched = gs.select(teachers, [c for _, c in pairs])
+    pair_ks = [k for k, _ in pairs]
+    students, info = gs.train_gru_students(
+        matched, pair_ks, width=s["student_width"], seeds=[seeds[c] for _, c in pairs],
+        n_train=s["n_train"], n_val=s["n_val"], batch=s["batch"], lr=s["lr"],
+        max_steps=s["max_steps"], check_every=s["check_every"], patience=s["patience"])
+    errors, zero = gs.gru_tail_errors(students, matched, pair_ks, length=s["length"],
+                                      n=s["n_eval"])
+    window = gs.gru_window_only_errors(matched, pair_ks, length=s["length"], n=s["n_eval"])
+    impulse = torch.zeros(len(seeds), 1, s["length"])
+    impulse[:, 0, 0] = 1.0
+    # how well each teacher implements the target filter: mean square gap over mean square output
+    # on the evaluation sequences (those of gs.gru_tail_errors)
+    x = torch.randn(s["n_eval"], s["length"], generator=torch.Generator().manual_seed(12345),
+                    dtype=torch.float64)
+    h = threshold_target(s["length"])
+    filtered = torch.stack([x[:, : t + 1].flip(-1) @ h[: t + 1] for t in range(s["length"])], 1)
+    with torch.no_grad():
+        teacher_impulse = teachers.outputs(impulse)[:, 0].double().numpy()
+        y = teachers.outputs(x.float().expand(len(seeds), -1, -1)).double()
+    filter_fit = (((y - filtered) ** 2).mean((1, 2)) / (filtered ** 2).mean()).numpy()
+    shape = (len(ks), len(seeds))
+    return {"errors": errors.reshape(shape), "window_only": window.reshape(shape),
+            "zero_solution": zero.reshape(shape), "steps": info.steps.reshape(shape),
+            "best_steps": info.best_steps.reshape(shape),
+            "held_out_loss": info.held_out.reshape(shape),
+            "teacher_impulse": teacher_impulse, "teacher_filter_fit": filter_fit,
+            "teacher_hankel": np.array([hankel_values(r) for r in teacher_impulse])}
+
+
+def threshold_task(group: int) -> dict:
+    return {("threshold", f"group{group}"): threshold_run(group)}
+
+
+def threshold_tasks() -> list:
+    """Two groups of five seeds, each one batch of GRUs: about 15 minutes of one core each."""
+    from tasks import Task
+
+    return [Task(f"seeds {g}", threshold_task, {"group": g}, 900.0,
+                 (("threshold", f"group{g}"),)) for g in range(len(THRESHOLD["seed_groups"]))]
+
+
+def threshold_finish(results: dict) -> dict:
+    return {"results": results}
+
+
+def threshold(out_dir: Path) -> Path:
+    """Runs the threshold test (two processes) and writes recurrent-students-threshold.json."""
+    import tasks as taskrun
+
+    from lib.book.results import _plain
+
+    start = time.perf_counter()
+    chapter_tasks = threshold_tasks()
+    with taskrun.executor() as pool:
+        outputs = taskrun.run_tasks(chapter_tasks, pool, cache=None, source="", progress=False,
+                                    label="recurrent-students-threshold")
+    results = taskrun.assemble(outputs)
+    record = {
+        "chapter": "recurrent-students-threshold",
+        "command": "BOOK_WORKERS=2 python benchmarks/reproduce_recurrent_students.py "
+                   "--threshold OUT_DIR",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "seconds": time.perf_counter() - start,
+        "environment": {**environment(), "device": "cpu"},
+        "settings": {"threshold": THRESHOLD, "common": COMMON, "device": "cpu",
+                     "array axes": "training length (widths), seed within the group"},
+        "seeds": [s for g in THRESHOLD["seed_groups"] for s in g],
+        "results": results,
+    }
+    import reproduce
+
+    plain = json.loads(json.dumps(_plain(record["results"])))
+    record["tasks"] = reproduce.task_records(chapter_tasks, plain)
+    path = Path(out_dir) / "recurrent-students-threshold.json"
+    path.write_text(json.dumps(_plain(record), indent=1) + "\n")
+    return path
+
+
 FILES = {"recurrent-students": (tasks, finish),
          "recurrent-students-paper-scale": (paper_scale_tasks, paper_scale_finish),
-         "recurrent-students-probe": (probe_tasks, probe_finish)}
+         "recurrent-students-probe": (probe_tasks, probe_finish),
+         "recurrent-students-threshold": (threshold_tasks, threshold_finish)}
 """The committed files this module writes: file name -> (tasks, finish)."""
 
 
@@ -282,6 +417,9 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--paper-scale":
         torch.set_num_threads(int(os.environ.get("BOOK_TORCH_THREADS", "1")))
         print(paper_scale(Path(sys.argv[2])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--threshold":
+        torch.set_num_threads(1)
+        print(threshold(Path(sys.argv[2])))
     elif len(sys.argv) == 3 and sys.argv[1] == "--probe":
         torch.set_num_threads(1)
         print(probe(Path(sys.argv[2])))
