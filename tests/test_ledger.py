@@ -749,3 +749,21 @@ def test_statements_verified_by_checks_are_linked_somewhere():
     """The book links at least one statement per Part II/III chapter with theorems to a check."""
     linked = sum(len(re.findall(r"^\(check-\S+\)=", p.read_text(), re.M)) for p in CHAPTERS)
     assert linked >= 10
+
+
+def test_the_page_writes_the_two_ends_of_a_band_in_one_notation():
+    # Integers and non-integers of the same size read alike (12 020 to 52 500, not 12 020 to
+    # 5.25 × 10⁴); powers of ten only outside 10⁻² to 10⁶.
+    assert ledger._number(12020) == ledger._number(12020.0)
+    assert ledger._number(52468.3) == ledger._number(52500)
+    assert ledger._number(2610.4) == ledger._number(2610)
+    assert ledger._number(0.0123) == "0.0123"
+    assert "10" in ledger._number(1234567.8) and "×" in ledger._number(1234567.8)
+    assert "×" in ledger._number(3e-4)
+    assert "×" not in ledger._number(999.6)
+
+
+def test_the_page_says_what_keeps_a_run_in_the_papers_setting_and_that_ranges_are_not_tested():
+    text = ledger.rule_markdown()
+    assert "step rule" in text and "authors' published code" in text
+    assert "not tested for whether it is informative" in text

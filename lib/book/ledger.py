@@ -1034,12 +1034,21 @@ def compare(fresh: dict, committed: dict) -> list[str]:
 
 def _number(x: float, digits: int = 3) -> str:
     """A number for a table: ``digits`` significant digits, written by :mod:`lib.book.typeset`
-    (powers of ten as 1.27 × 10⁻³, never 1.27e-03), integers as integers."""
+    (powers of ten as 1.27 × 10⁻³, never 1.27e-03), integers as integers.
+
+    One notation per magnitude, so that the two ends of a band read alike: from 10⁻² up to 10⁶
+    every number is written plainly (a non-integer of ``10**digits`` or more rounded to ``digits``
+    significant digits, 52 468.3 as 52 500, like the integers beside it); outside that span, as a
+    power of ten.
+    """
     from lib.book import typeset
 
     if x == int(x) and abs(x) < 1e6:
         return typeset.number(int(x))
-    if 1e-2 <= abs(x) < 1e4:
+    rounded = float(f"{x:.{digits}g}")
+    if 1e-2 <= abs(rounded) < 1e6:
+        if abs(rounded) >= 10 ** (digits - 1) and rounded == int(rounded):
+            return typeset.number(int(rounded))
         return typeset.number(x, f".{digits}g")
     return typeset.number(x, f".{digits - 1}e")
 
@@ -1193,7 +1202,8 @@ def rule_markdown() -> str:
         "random by a fixed generator), so that a mean of four runs is compared with our means of "
         "four runs; for a range the paper states, at least nine in ten of our runs lie inside it "
         "(for a range the paper gives for the mean of *k* of its runs, nine in ten of our means "
-        "of *k* seeds). "
+        "of *k* seeds); a range is not tested for whether it is informative (a one-sided bound "
+        "is met by any runs on its side), so its row shows the range beside our values. "
         "The percentiles interpolate between our values, so with few seeds the middle "
         f"{share} reaches nearly from our smallest to our largest value, and a paper's value "
         "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
@@ -1216,11 +1226,21 @@ def rule_markdown() -> str:
         "ours misses a random number of the paper: our runs cannot decide, so this is neither a "
         "reproduction nor a difference;",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
-        "number illustrates, or is not the paper's setting (an analogue on other data or another "
-        "model, named in the row), so whatever the numbers, it is neither a reproduction nor a "
-        "difference; this comes before every other status. For a run in the paper's setting, a "
-        "threshold or a horizon of our own choosing is not a hypothesis, and a number that misses "
-        "for such a reason differs;",
+        "number illustrates, or is not the paper's setting (an analogue, named in the row), so "
+        "whatever the numbers, it is neither a reproduction nor a difference; this comes before "
+        "every other status. The paper's setting is its data, model and sizes, its optimizer and "
+        "step rule, its loss (empirical or population) and the distribution of its "
+        "initialization, as its text states them, or as the authors' published code implements "
+        "them where the row says that it follows the code (the code produced the paper's "
+        "numbers). A run stays in the setting with other random draws from the same "
+        "distributions (our seeds and random streams, more seeds than the paper's), double "
+        "precision where the authors used single, gradient flow where the statement is about "
+        "gradient flow and the paper's figure approximates it by descent with small steps, and a "
+        "threshold, horizon, stopping rule or detector of our own choosing. Any other departure "
+        "(other data, model or size, another optimizer or step rule, another loss, another "
+        "distribution of the initialization) makes the entry an illustration. A threshold or a "
+        "horizon of our own choosing is not a hypothesis either, and a number that misses for "
+        "such a reason differs;",
         "- **differs**: none of the above, and the chapter shows why (follow the link);",
         "- **not reproduced**: none of the above, and the book has no explanation.",
         "",
