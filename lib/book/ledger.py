@@ -1224,7 +1224,8 @@ def rule_markdown() -> str:
         f"number lies just as well in the middle {share} of our other arm (our clean runs would "
         "reproduce the paper's poisoned number too), or one run of "
         "ours misses a random number of the paper: our runs cannot decide, so this is neither a "
-        "reproduction nor a difference;",
+        "reproduction nor a difference (where a band both holds the value to tell apart and is "
+        "too wide, inconclusive takes precedence over weak evidence);",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
         "number illustrates, or is not the paper's setting (an analogue, named in the row), so "
         "whatever the numbers, it is neither a reproduction nor a difference; this comes before "
