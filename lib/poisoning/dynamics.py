@@ -79,9 +79,10 @@ class DynamicsSetting:
     :func:`lib.engine.flow.gradient_descent`). This matters: on the initial plateau the gradients
     (≈ 1e-11) are far below ε in either form, so Adam moves like momentum gradient descent with
     step lr/ε. PyTorch's ε = 1e-8 makes that step ten times larger, and its clean runs leave the
-    plateau up to ten times sooner (1.7–9.9× on the committed seeds of Table 1, row 3); they also
-    learn larger further entries of A and extrapolate worse, a change that follows ε itself rather
-    than the plateau step (see the poisoning-in-practice chapter).
+    plateau up to ten times sooner (1.7–9.9× on the committed seeds of Table 1, row 3). What they
+    learn changes too, and restoring the plateau step (η = 1e-3) does not restore it; but that
+    control also shrinks the later steps, the equal-ε control changes the errors in no consistent
+    direction, and why the solution changes is not traced (see the poisoning-in-practice chapter).
     """
 
     name: str
