@@ -1282,13 +1282,8 @@ def _check_counts(checks: Sequence[dict], papers: str = "s") -> str:
     theirs = [e for e in checks if _of_paper(e)]
     ours = [e for e in checks if not _of_paper(e)]
     whose = "the papers'" if papers == "s" else "its"
-    parts = []
-    if theirs:
-        parts.append(f"{len(theirs)} of {whose} statements: "
-                     f"{_count_line(theirs, CHECK_STATUSES)}")
-    if ours:
-        parts.append(f"{len(ours)} {OWN_CHECKS.format(s=papers)}: "
-                     f"{_count_line(ours, CHECK_STATUSES)}")
+    parts = _group_counts([(f"of {whose} statements", theirs),
+                           (OWN_CHECKS.format(s=papers), ours)], CHECK_STATUSES)
     return "; ".join(parts) or "none"
 
 
@@ -1323,15 +1318,16 @@ def _source_parts(entries: Sequence[dict]) -> list[str]:
     numbers = [e for e in entries if e["kind"] == "paper"]
     notebook = [e for e in numbers if _from_notebook(e)]
     papers = [e for e in numbers if not _from_notebook(e)]
-    parts = []
-    if papers:
-        parts.append(f"{len(papers)} from the papers themselves (printed, or read off their "
-                     f"figures): {_count_line(papers, STATUSES)}")
-    if notebook:
-        parts.append(f"{len(notebook)} read off the authors' published notebooks (their plots "
-                     "and printouts), not printed in the papers: "
-                     f"{_count_line(notebook, STATUSES)}")
-    return parts
+    return _group_counts([
+        ("from the papers themselves (printed, or read off their figures)", papers),
+        ("read off the authors' published notebooks (their plots and printouts), not printed "
+         "in the papers", notebook)], STATUSES)
+
+
+def _group_counts(groups: Sequence[tuple[str, list]], statuses: tuple[str, ...]) -> list[str]:
+    """"<n> <label>: <counts by status>" for each non-empty group of entries."""
+    return [f"{len(group)} {label}: {_count_line(group, statuses)}" for label, group in groups
+            if group]
 
 
 def _heading_labels() -> set[str]:
