@@ -189,7 +189,7 @@ test-portable: $(STAMP)
 book: $(STAMP) $(MATHJAX)
 	rm -rf $(LEDGER_DIR) _build/html/_static/mathjax $(EXECUTED)
 	hash=$$($(SOURCES_HASH)); \
-	BOOK_MODE=build $(RUN) $(MPL) $(BIN)/jupyter-book build . -W --keep-going; \
+	BOOK_MODE=build $(RUN) $(MPL) $(BIN)/python tools/build_book.py . -W --keep-going; \
 	echo "$$hash" > $(EXECUTED)
 	$(BIN)/python tools/ledger.py check --executed-only
 	@echo "The book is in _build/html/index.html"
