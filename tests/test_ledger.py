@@ -634,10 +634,37 @@ def test_the_counts_split_the_papers_numbers_from_values_read_off_the_authors_no
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})
     assert "**5 values** of 1 paper:" in page
     assert "- 2 from the papers themselves" in page and "- 3 read off the authors'" in page
+    # a paper's own section speaks of that one paper
+    assert ("5 values: 2 from the paper itself (printed, or read off its figures): 1 reproduced, "
+            "1 not reproduced; 3 read off the authors' published notebooks (their plots and "
+            "printouts), not printed in the paper: ") in page
     # an exact entry read off a plot or a printout names the kind of its tolerance
     assert "ours within ± 200 (half the interval read off the authors' plot)" in page
     assert "ours within ± 5000 (half the bracket of the authors' printout); that window" in page
     assert "ours within ± 5.00\u00a0×\u00a010⁻⁶ |" in page  # a printed number: no reading named
+
+
+def test_the_count_lines_give_the_misses_in_all_beside_the_differences(chapter):
+    seeds = np.arange(11.0, 19.0)  # central 90 %: 11.35 to 17.65
+    _rec("hit", 17.5, seeds, "single")
+    _rec("explained", 17.8, seeds, "single", reason="our seeds", explain="sec-seeds")
+    _rec("explained-too", 10.0, seeds, "single", reason="our seeds", explain="sec-seeds")
+    _rec("unexplained", 20.0, seeds, "single")
+    entries = _entries(chapter)
+    assert [e["status"] for e in entries.values()] == [
+        "reproduced", "differs", "differs", "not reproduced"]
+    rows = list(entries.values())
+    assert ledger._count_line(rows, ledger.STATUSES) == (
+        "1 reproduced (1 one run of the paper's among ours), 2 differs, 1 not reproduced "
+        "(3 misses, 2 of them explained)")
+    assert ledger._count_line(rows[:2], ledger.STATUSES).endswith("1 differs (1 miss, explained)")
+    assert ledger._count_line(rows[:3], ledger.STATUSES).endswith(
+        "2 differs (2 misses, all explained)")
+    # not reproduced alone is a miss by its name: no total is added
+    assert ledger._count_line([rows[0], rows[3]], ledger.STATUSES).endswith("1 not reproduced")
+    page = ledger.page_markdown({"some-chapter": entries})
+    assert "2 differs, 1 not reproduced (3 misses, 2 of them explained)." in page
+    assert "A difference is a miss with an explanation" in page
 
 
 # ---------------------------------------------------------------------------------------------

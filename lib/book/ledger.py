@@ -74,9 +74,13 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    value whose tolerance window ``[p − tol, p + tol]`` holds ``p/2`` or ``2p`` (``tol ≥ |p|/2``: a
    reading bracketed between 0 and 10 000 printouts, ``p = 5 000 ± 5 000``): an agreement within
    it is weak evidence. A paper's value of 0 has no half or double apart from itself, so rule 8
-   does not apply to it; a band around 0 is judged by rules 3, 4 and 7 alone.
+   does not apply to it; a band around 0 is judged by rules 3, 4 and 7 alone. Rule 7 comes
+   first: a band that holds both the value to tell apart and half or double the paper's value is
+   inconclusive.
 9. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
-   paragraph that shows it (``explain``), else **not reproduced**.
+   paragraph that shows it (``explain``), else **not reproduced**. Both are misses: the rule
+   records that a reason is given and does not weigh it, so the page's count lines give the
+   misses in all beside the differences.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
@@ -125,11 +129,14 @@ Where the entries go
 --------------------
 
 The entries of a chapter go to ``_build/ledger/<chapter>.json`` as the chapter executes.
-``make ledger`` collects them into the committed ``book/results/ledger.json``; ``make test`` and
-``make book`` compare the entries of their own run with the committed file (:func:`compare`), so a
-code change that moves a number, changes a status or drops an entry fails the build with the
-entry's name, and :func:`rule_problems` recomputes every committed status from its stored numbers.
-The appendix page *Reproductions* is rendered from the committed file (:func:`page_markdown`).
+``make ledger`` collects them into the committed ``book/results/ledger.json``, which holds the
+default scale only (:func:`save` refuses another); ``make test`` and ``make book`` compare the
+entries of their own run with the committed file (:func:`compare`), so a code change that moves a
+number, changes a status or drops an entry fails the build with the entry's name. A chapter
+executed at ``BOOK_SCALE=full`` is compared with nothing (two chapters print other numbers at that
+scale, and the page still shows the default scale's). :func:`rule_problems` recomputes every
+committed status from its stored numbers. The appendix page *Reproductions* is rendered from the
+committed file (:func:`page_markdown`).
 """
 
 from __future__ import annotations
@@ -1242,8 +1249,13 @@ def rule_markdown() -> str:
         "distribution of the initialization) makes the entry an illustration. A threshold or a "
         "horizon of our own choosing is not a hypothesis either, and a number that misses for "
         "such a reason differs;",
-        "- **differs**: none of the above, and the chapter shows why (follow the link);",
-        "- **not reproduced**: none of the above, and the book has no explanation.",
+        "- **differs**: none of the above: our runs miss the paper's value, and the chapter "
+        "gives a reason and shows it (follow the link). A difference is a miss with an "
+        "explanation, not a lesser miss: the rule records that the chapter gives a reason, and "
+        "does not weigh it, so where entries differ, the counts below also give the misses in "
+        "all (differs and not reproduced);",
+        "- **not reproduced**: none of the above: our runs miss the paper's value, and the book "
+        "has no explanation.",
         "",
         "A theorem's prediction that our own computation tests is not a paper's number: such "
         "**checks** are listed in their own tables, with the tolerance and how our value "
@@ -1257,11 +1269,21 @@ def rule_markdown() -> str:
 
 
 def _count_line(rows: list, statuses: tuple[str, ...]) -> str:
-    """"10 reproduced (6 exact, 4 one run of the paper's among ours), 2 differs": the count of
-    each status, the reproduced paper entries split by what was compared (as :func:`tally`)."""
+    """"10 reproduced (6 exact, 4 one run of the paper's among ours), 2 differs, 1 not reproduced
+    (3 misses, 2 of them explained)": the count of each status, the reproduced paper entries split
+    by what was compared (as :func:`tally`), and where some entries differ, the misses in all
+    (differs and not reproduced: a difference is a miss whose reason the chapter gives)."""
     counts = [(s, sum(e["status"] == s for e in rows)) for s in statuses]
-    return ", ".join(f"{n} {s}" + (_how_reproduced(rows) if s == "reproduced" else "")
+    line = ", ".join(f"{n} {s}" + (_how_reproduced(rows) if s == "reproduced" else "")
                      for s, n in counts if n) or "none"
+    explained = dict(counts).get("differs", 0)
+    misses = explained + dict(counts).get("not reproduced", 0)
+    if explained:
+        line += (f" ({misses} miss{'es' if misses > 1 else ''}, "
+                 + ("explained)" if misses == 1 else
+                    "all explained)" if explained == misses else
+                    f"{explained} of them explained)"))
+    return line
 
 
 def _of_paper(entry: dict) -> bool:
@@ -1305,23 +1327,28 @@ def _from_notebook(entry: dict) -> bool:
     return NOTEBOOK_MARK in " ".join(words.split())
 
 
-def _source_counts(entries: Sequence[dict]) -> str:
+def _source_counts(entries: Sequence[dict], papers: str = "s") -> str:
     """The paper entries split by where the paper's value comes from, with the statuses of each:
     "12 from the papers themselves (printed, or read off their figures): 10 reproduced, 2 differs;
     3 read off the authors' published notebooks (their plots and printouts), not printed in the
-    papers: 3 reproduced"."""
-    return "; ".join(_source_parts(entries)) or "none"
+    papers: 3 reproduced". ``papers=""`` words it for the entries of one paper ("from the paper
+    itself", "not printed in the paper")."""
+    return "; ".join(_source_parts(entries, papers)) or "none"
 
 
-def _source_parts(entries: Sequence[dict]) -> list[str]:
+def _source_parts(entries: Sequence[dict], papers: str = "s") -> list[str]:
     """:func:`_source_counts`'s parts, one per source that has entries."""
+    if papers not in ("s", ""):
+        raise ValueError(f"papers must be 's' (all papers) or '' (one), got {papers!r:.20}")
     numbers = [e for e in entries if e["kind"] == "paper"]
     notebook = [e for e in numbers if _from_notebook(e)]
-    papers = [e for e in numbers if not _from_notebook(e)]
+    printed = [e for e in numbers if not _from_notebook(e)]
+    own = ("from the papers themselves (printed, or read off their figures)" if papers
+           else "from the paper itself (printed, or read off its figures)")
     return _group_counts([
-        ("from the papers themselves (printed, or read off their figures)", papers),
+        (own, printed),
         ("read off the authors' published notebooks (their plots and printouts), not printed "
-         "in the papers", notebook)], STATUSES)
+         f"in the paper{papers}", notebook)], STATUSES)
 
 
 def _group_counts(groups: Sequence[tuple[str, list]], statuses: tuple[str, ...]) -> list[str]:
@@ -1381,7 +1408,8 @@ def page_markdown(ledger: dict) -> str:
         lines += [
             f"## {title}", "",
             f"Cited as {{cite:t}}`{paper}`. "
-            + (f"{_plural(len(printed), 'value')}: {_source_counts([e for _, e in printed])}. "
+            + (f"{_plural(len(printed), 'value')}: "
+               f"{_source_counts([e for _, e in printed], papers='')}. "
                if printed else "No value of this paper is recorded. ")
             + (f"{_plural(len(tested), 'check')}: "
                f"{_check_counts([e for _, e in tested], papers='')}." if tested
