@@ -34,7 +34,7 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    illustrates, or is not the paper's setting: an analogue on other data or another model, which
    the ``setting`` names): **illustration**, whatever the numbers; this rule comes first. For a run
    in the paper's setting, a threshold or a horizon of our own choosing is not a hypothesis: a
-   number that misses for such a reason *differs*.
+   number that misses for such a reason is a miss (rule 9: *differs* with that reason given).
 2. ``"exact"``: **reproduced** when ``|ours − paper| ≤ tol``.
 3. ``"single"`` against a spread of our seeds: **reproduced** when the paper's run lies in the
    central 90 % of our single runs.
@@ -1247,8 +1247,8 @@ def rule_markdown() -> str:
         "threshold, horizon, stopping rule or detector of our own choosing. Any other departure "
         "(other data, model or size, another optimizer or step rule, another loss, another "
         "distribution of the initialization) makes the entry an illustration. A threshold or a "
-        "horizon of our own choosing is not a hypothesis either, and a number that misses for "
-        "such a reason differs;",
+        "horizon of our own choosing is not a hypothesis either: a number that misses for such "
+        "a reason is a miss, which differs when the chapter gives that reason;",
         "- **differs**: none of the above: our runs miss the paper's value, and the chapter "
         "gives a reason and shows it (follow the link). A difference is a miss with an "
         "explanation, not a lesser miss: the rule records that the chapter gives a reason, and "
