@@ -570,6 +570,27 @@ def test_the_command_line_check_fails_on_a_moved_number_or_a_status_not_earned(
     assert tool.main(["check", "--committed", str(committed)]) == 0
 
 
+def test_the_command_line_check_names_the_chapters_it_did_not_compare(
+        chapter, tmp_path_factory, capsys):
+    """A chapter run at another scale is compared with nothing: the check says so rather than
+    counting its entries among those that agree."""
+    _run(chapter, [0.1, 0.2, 0.3])
+    committed = tmp_path_factory.mktemp("committed") / "ledger.json"
+    committed.write_text(json.dumps({c: d["entries"] for c, d in ledger.collect(chapter).items()}))
+    tool = _tool()
+    assert tool.main(["check", "--committed", str(committed)]) == 0
+    assert "1 entries of 1 chapters agree" in capsys.readouterr().out
+    path = chapter / "some-chapter.json"
+    data = json.loads(path.read_text())
+    data["scale"] = "full"
+    data["entries"]["table-row"]["ours"]["mean"] *= 2  # not compared, so not caught
+    path.write_text(json.dumps(data))
+    assert tool.main(["check", "--committed", str(committed), "--executed-only"]) == 0
+    out = capsys.readouterr().out
+    assert "0 entries of 0 chapters agree" in out
+    assert "not compared (run at another scale than the default): some-chapter" in out
+
+
 @pytest.mark.parametrize("text", ["{not json", json.dumps({"some-chapter": {"k": {"paper": 1}}}),
                                   json.dumps([1, 2])])
 def test_a_malformed_committed_ledger_is_named(chapter, tmp_path_factory, text, capsys):
