@@ -74,7 +74,12 @@ class DynamicsSetting:
     C = |N(0, sd_bc)| unsorted, ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
     ``tie_exponent=None`` forces no tie: the sorted entries keep their random gaps.
     Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
-    ≤ ``stop_loss``, then ``extra_steps`` more. Adam runs in the authors' TensorFlow form by default
+    ≤ ``stop_loss``, then ``extra_steps`` more. ``optimizer="adaptive"`` is the authors' code's
+    step (plain gradient norms, softening 1e-6) with its norm taken over A's diagonal only, where
+    their code takes the full recurrent kernel and the paper's App. H.1.1 squared norms with
+    softening 1e-5: a step rule of neither, so the chapter records its runs as illustrations and
+    compares the paper's numbers with the paper's rule (``lib.poisoning.authors_protocol``).
+    Adam runs in the authors' TensorFlow form by default
     (``adam_form="keras"``, ``adam_eps=1e-7``: ε added to the uncorrected √v_k, see
     :func:`lib.engine.flow.gradient_descent`). This matters: on the initial plateau the gradients
     (≈ 1e-11) are far below ε in either form, so Adam moves like momentum gradient descent with
