@@ -15,7 +15,10 @@ What the paper's number is (``paper_stat``)
     a deterministic quantity (a closed form, a deterministic flow, a formula's table), or one seeded
     run of the authors' rebuilt seed by seed (the same seed and data on both sides). Ours is one
     number, ``tol`` the tolerance of agreement the chapter states: half a unit of the paper's last
-    printed digit, a pixel of the plot the value is read from, or half a printout's bracket.
+    printed digit, a pixel of the plot the value is read from, or half a printout's bracket. A
+    rebuild in double precision of a run the authors made in single precision needs a tolerance
+    that also covers the difference of precision (the chapter states it); the last digit alone
+    tests the rebuild's arithmetic, not the paper's number.
 ``"single"``
     one random run of the paper (one seed, one figure).
 ``"mean"``, ``"median"``, ``"max"``, ``"min"``
@@ -1186,8 +1189,9 @@ def rule_markdown() -> str:
     """The rule in plain words, as the *Reproductions* page states it before its tables."""
     share, tail = _share(), round(100 * (1 - LEVEL) / 2)
     return "\n".join([
-        "Each value of a paper that a chapter compares with its runs gets one of six statuses, "
-        "computed from the numbers by one rule. The values are of two sources, counted apart "
+        "Each comparison of a paper's value with a chapter's runs (one row of the tables below)"
+        " gets one of six statuses, computed from the numbers by one rule. The values are of two "
+        "sources, counted apart "
         "below: numbers the papers themselves give (printed in their text and tables, or read off"
         " their figures), and values read off the authors' published notebooks (a plot, a "
         "printout), whose rows say \"not a number printed in the paper\". First, what the paper's "
@@ -1242,8 +1246,12 @@ def rule_markdown() -> str:
         "them where the row says that it follows the code (we take the code to have produced the "
         "paper's numbers). A run stays in the setting with other random draws from the same "
         "distributions (our seeds and random streams, more seeds than the paper's), double "
-        "precision where the authors used single, gradient flow where the statement is about "
-        "gradient flow and the paper's figure approximates it by descent with small steps, and a "
+        "precision where the authors used single (an exact comparison of such a rebuild with a "
+        "printout of single precision then needs a tolerance that covers the difference of "
+        "precision, which the chapter states; a tolerance of the printout's last digit alone "
+        "tests the rebuild's arithmetic, not the paper's number), gradient flow where the "
+        "statement is about gradient flow and the paper's figure approximates it by descent "
+        "with small steps, and a "
         "threshold, horizon, stopping rule or detector of our own choosing. Any other departure "
         "(other data, model or size, another optimizer or step rule, another loss, another "
         "distribution of the initialization) makes the entry an illustration. A threshold or a "
@@ -1351,6 +1359,84 @@ def _source_parts(entries: Sequence[dict], papers: str = "s") -> list[str]:
          f"in the paper{papers}", notebook)], STATUSES)
 
 
+#: Where in its paper an entry's number stands: the first figure, table, section or example that
+#: the item names ("Figure 4", "Table 1", "§6", "Figure 1(a)")...
+_PLACE = re.compile(r"(?:Figure|Table|Example)\s*\d+(?:\s*\([a-z]\)|[a-z]\b)?|§\s*\d+(?:\.\d+)*")
+#: ... and the details that tell two numbers of one place apart: a row, a κ (or κ_g), a β.
+_PLACE_DETAIL = re.compile(r"\brow \d+|κ(?:_g)? = \d+|β\d+")
+
+
+def paper_number(chapter: str, entry: dict) -> tuple:
+    """The paper number that a paper entry compares, as a key: entries with equal keys compare
+    one number of a paper several ways (the authors' rebuilt seed as an exact value and the same
+    run among our seeds; the same number under several protocols).
+
+    Two entries compare the same number when they come from the same chapter and paper, give the
+    same paper's value, and name the same place of the paper: the first figure, table, section or
+    example of their item, with the row, κ (or κ_g) and β the item gives. A grouping of the
+    chapters' own words, so its count is approximate: two claims of one place with equal values
+    count once.
+    """
+    if not isinstance(entry, dict) or entry.get("kind") != "paper":
+        raise ValueError("paper_number takes a paper entry (kind 'paper')")
+    words = " ".join(str(entry["item"]).split())
+    first = _PLACE.search(words)
+    place = re.sub(r"\s+", "", first.group(0)) if first else words
+    details = tuple(sorted({re.sub(r"\s+", "", d) for d in _PLACE_DETAIL.findall(words)}))
+    value = entry["paper_value"]
+    value = tuple(value) if isinstance(value, list) else value
+    return (chapter, entry["paper"], place, details, value)
+
+
+_MISSES = ("differs", "not reproduced")
+
+
+def paper_numbers(rows: Sequence[tuple[str, dict]]) -> dict[tuple, list[dict]]:
+    """The paper entries of ``rows`` (pairs of chapter and entry) grouped by :func:`paper_number`:
+    one list of entries (comparisons) per number of a paper, in the order of ``rows``."""
+    groups: dict[tuple, list[dict]] = {}
+    for chapter, entry in rows:
+        if isinstance(entry, dict) and entry.get("kind") == "paper":
+            groups.setdefault(paper_number(chapter, entry), []).append(entry)
+    return groups
+
+
+def _place_name(number: tuple) -> str:
+    """The place of a number of :func:`paper_number` in words: "Figure 4 (κ = 6)", "§6 (β1)"."""
+    _, _, place, details, _ = number
+    place = re.sub(r"(Figure|Table|Example)(\d)", r"\1 \2", place)
+    detail = ", ".join(re.sub(r"(row)(\d)", r"\1 \2", d).replace("=", " = ") for d in details)
+    return place + (f" ({detail})" if detail else "")
+
+
+def _value_name(number: tuple) -> str:
+    value = number[-1]
+    return _range_text(list(value)) if isinstance(value, tuple) else _number(value)
+
+
+def _numbers_named(numbers: Sequence[tuple]) -> str:
+    """Numbers of :func:`paper_number` named by chapter and place: "{doc}`greedy-learning`, Figure 4
+    (κ = 6): 2.33 and 3.29; Figure 5 (κ = 6): 3.24; in {doc}`other`, Table 1 (row 2): 0.194"."""
+    chapters: dict[str, dict[str, list[str]]] = {}
+    for number in numbers:
+        places = chapters.setdefault(number[0], {})
+        places.setdefault(_place_name(number), []).append(_value_name(number))
+    return "; in ".join(
+        f"{{doc}}`{chapter}`, " + "; ".join(
+            f"{place}: " + (" and ".join(values) if len(values) <= 2
+                            else ", ".join(values[:-1]) + " and " + values[-1])
+            for place, values in places.items())
+        for chapter, places in chapters.items())
+
+
+def split_numbers(rows: Sequence[tuple[str, dict]]) -> list[tuple[tuple, list[dict]]]:
+    """The numbers of :func:`paper_numbers` that one comparison reproduces and another misses
+    (differs or not reproduced)."""
+    return [(number, group) for number, group in paper_numbers(rows).items()
+            if any(e["status"] == "reproduced" for e in group)
+            and any(e["status"] in _MISSES for e in group)]
+
+
 def _group_counts(groups: Sequence[tuple[str, list]], statuses: tuple[str, ...]) -> list[str]:
     """"<n> <label>: <counts by status>" for each non-empty group of entries."""
     return [f"{len(group)} {label}: {_count_line(group, statuses)}" for label, group in groups
@@ -1370,6 +1456,32 @@ def _heading_labels() -> set[str]:
     return labels
 
 
+def _numbers_paragraph(rows: Sequence[tuple[str, dict]]) -> str:
+    """What the page's counts count: comparisons (rows), grouped into numbers of the papers by
+    :func:`paper_number`, and the numbers that one comparison reproduces and another misses."""
+    paper = [(c, e) for c, e in rows if e["kind"] == "paper"]
+    printed = [(c, e) for c, e in paper if not _from_notebook(e)]
+    notebook = [(c, e) for c, e in paper if _from_notebook(e)]
+    split = split_numbers(paper)
+    total = len(paper_numbers(paper))
+    text = (
+        "The counts are of comparisons, one row of the tables below each, not of the papers' "
+        "numbers. The comparisons of one chapter that give the same value at the same place of "
+        "a paper (the first figure, table, section or example their item names, with its row, κ"
+        f" and β) compare one number: about {_plural(total, 'number')} in all, "
+        f"{len(paper_numbers(printed))} from the papers themselves and "
+        f"{len(paper_numbers(notebook))} read off the notebooks. One number can be compared "
+        "several ways: a run of the authors that our code rebuilds seed by seed, as an exact "
+        "value and again as one run among our seeds; a table's mean under a second protocol. So "
+        "one comparison can reproduce a number that another misses (differs or not "
+        "reproduced); its rows show which comparison reproduces it and which misses it. ")
+    if not split:
+        return text + "No number is so split."
+    verb = "is" if len(split) == 1 else "are"
+    return (text + f"{_plural(len(split), 'number')} {verb} so split. In "
+            + _numbers_named([number for number, _ in split]) + ".")
+
+
 def page_markdown(ledger: dict) -> str:
     """The *Reproductions* page's body (MyST markdown): the rule, the counts by status, then per
     paper one table of its values, one of the checks of its statements, and one of the checks
@@ -1387,10 +1499,11 @@ def page_markdown(ledger: dict) -> str:
     parts = _source_parts(numbers)
     lines = [
         rule_markdown(), "",
-        f"**{_plural(len(numbers), 'value')}** of "
+        f"**{_plural(len(numbers), 'comparison')}** with numbers of "
         f"{_plural(len({e['paper'] for e in numbers}), 'paper')}:", "",
         *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)),
         *([] if parts else ["none."]), "",
+        *([_numbers_paragraph([(c, e) for c, _, e in rows]), ""] if numbers else []),
         "The inconclusive counts above include every case where one value of ours (one run, or "
         "as many seeds as the paper's statistic used) misses a random number of the paper or "
         "lies outside its range: such a miss is never counted as differs or not reproduced, so a"
@@ -1408,7 +1521,8 @@ def page_markdown(ledger: dict) -> str:
         lines += [
             f"## {title}", "",
             f"Cited as {{cite:t}}`{paper}`. "
-            + (f"{_plural(len(printed), 'value')}: "
+            + (f"{_plural(len(printed), 'comparison')} with about "
+               f"{_plural(len(paper_numbers(printed)), 'number')} of it: "
                f"{_source_counts([e for _, e in printed], papers='')}. "
                if printed else "No value of this paper is recorded. ")
             + (f"{_plural(len(tested), 'check')}: "
