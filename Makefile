@@ -1,7 +1,7 @@
 # The book's commands. Each target sets up the pinned environment in .venv first (once: a stamp
 # file makes later runs instant, until requirements-lock.txt or pyproject.toml changes).
 #
-#   make book      build the HTML book in _build/html, executing its pages (all from a clean tree; else the changed ones)
+#   make book      build the HTML book in _build/html, executing its pages two at a time (BOOK_JOBS; all from a clean tree; else the changed ones)
 #   make pdf       build the book, then print it as one PDF, _build/html/book.pdf (the footer's PDF link)
 #   make site-test build the book and its PDF, then test it offline in headless Chromium (screenshots in _build/site-test)
 #   make test      unit tests of lib, then execute every chapter as a notebook (nbmake), unless make book recorded these sources
@@ -101,8 +101,7 @@ test: $(STAMP)
 # in one process: 361 CPU-seconds in all (sandboxes included), against 585 s of wall time when
 # they last ran alone (with the browser tests): under two thirds of one core. So they run in two
 # processes, a file each (--dist loadfile keeps a file's graded folders, module fixtures, in one
-# process); they need no built book, and CI runs them beside the book build, whose chapters
-# execute one after another. tests/test_grading_chapters.py is not one of them: it searches the
+# process); they need no built book, and CI runs them beside the book build, at a lower priority. tests/test_grading_chapters.py is not one of them: it searches the
 # built pages too, so it runs with the other tests marked not_numerics, after the book.
 GRADING_TESTS := tests/test_assignments.py \
   $(filter-out tests/test_grading_chapters.py,$(sort $(wildcard tests/test_grading_*.py)))
