@@ -657,7 +657,8 @@ def test_the_counts_split_the_papers_numbers_from_values_read_off_the_authors_no
     assert "- 2 from the papers themselves" in page and "- 3 read off the authors'" in page
     # a paper's own section speaks of that one paper
     # Figure 8's two seeds give one value at one place: about 4 numbers (a grouping of words)
-    assert ("5 comparisons with about 4 numbers of it: 2 from the paper itself (printed, or read off its figures): 1 reproduced, "
+    assert ("5 comparisons with about 4 numbers of it: 2 from the paper itself (printed, or "
+            "read off its figures): 1 reproduced, "
             "1 not reproduced; 3 read off the authors' published notebooks (their plots and "
             "printouts), not printed in the paper: ") in page
     # an exact entry read off a plot or a printout names the kind of its tolerance
@@ -687,17 +688,17 @@ def test_comparisons_of_one_paper_number_are_grouped_and_split_numbers_named(cha
                  section="s")  # a check is no paper number
     entries = _entries(chapter)
     rows = [("ch", e) for e in entries.values()]
-    groups = ledger.paper_numbers(rows)
+    groups = ledger._paper_numbers(rows)
     assert len(groups) == 6
     assert [len(g) for g in groups.values()] == [2, 1, 1, 1, 1, 1]
-    split = ledger.split_numbers(rows)
+    split = ledger._split_numbers(rows)
     assert [len(g) for _, g in split] == [2]
     page = ledger.page_markdown({"ch": entries})
     assert "**7 comparisons** with numbers of 1 paper:" in page
     assert "about 6 numbers in all, 6 from the papers themselves and 0 read off" in page
     assert "1 number is so split. In {doc}`ch`, Figure 4 (κ = 6): 2.33." in page
     with pytest.raises(ValueError, match="paper entry"):
-        ledger.paper_number("ch", entries["thm"])
+        ledger._paper_number("ch", entries["thm"])
 
 
 def test_the_page_says_when_no_number_is_split(chapter):

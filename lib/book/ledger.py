@@ -1366,7 +1366,7 @@ _PLACE = re.compile(r"(?:Figure|Table|Example)\s*\d+(?:\s*\([a-z]\)|[a-z]\b)?|§
 _PLACE_DETAIL = re.compile(r"\brow \d+|κ(?:_g)? = \d+|β\d+")
 
 
-def paper_number(chapter: str, entry: dict) -> tuple:
+def _paper_number(chapter: str, entry: dict) -> tuple:
     """The paper number that a paper entry compares, as a key: entries with equal keys compare
     one number of a paper several ways (the authors' rebuilt seed as an exact value and the same
     run among our seeds; the same number under several protocols).
@@ -1378,7 +1378,7 @@ def paper_number(chapter: str, entry: dict) -> tuple:
     count once.
     """
     if not isinstance(entry, dict) or entry.get("kind") != "paper":
-        raise ValueError("paper_number takes a paper entry (kind 'paper')")
+        raise ValueError("_paper_number takes a paper entry (kind 'paper')")
     words = " ".join(str(entry["item"]).split())
     first = _PLACE.search(words)
     place = re.sub(r"\s+", "", first.group(0)) if first else words
@@ -1391,18 +1391,18 @@ def paper_number(chapter: str, entry: dict) -> tuple:
 _MISSES = ("differs", "not reproduced")
 
 
-def paper_numbers(rows: Sequence[tuple[str, dict]]) -> dict[tuple, list[dict]]:
-    """The paper entries of ``rows`` (pairs of chapter and entry) grouped by :func:`paper_number`:
+def _paper_numbers(rows: Sequence[tuple[str, dict]]) -> dict[tuple, list[dict]]:
+    """The paper entries of ``rows`` (pairs of chapter and entry) grouped by :func:`_paper_number`:
     one list of entries (comparisons) per number of a paper, in the order of ``rows``."""
     groups: dict[tuple, list[dict]] = {}
     for chapter, entry in rows:
         if isinstance(entry, dict) and entry.get("kind") == "paper":
-            groups.setdefault(paper_number(chapter, entry), []).append(entry)
+            groups.setdefault(_paper_number(chapter, entry), []).append(entry)
     return groups
 
 
 def _place_name(number: tuple) -> str:
-    """The place of a number of :func:`paper_number` in words: "Figure 4 (κ = 6)", "§6 (β1)"."""
+    """The place of a number of :func:`_paper_number` in words: "Figure 4 (κ = 6)", "§6 (β1)"."""
     _, _, place, details, _ = number
     place = re.sub(r"(Figure|Table|Example)(\d)", r"\1 \2", place)
     detail = ", ".join(re.sub(r"(row)(\d)", r"\1 \2", d).replace("=", " = ") for d in details)
@@ -1415,8 +1415,9 @@ def _value_name(number: tuple) -> str:
 
 
 def _numbers_named(numbers: Sequence[tuple]) -> str:
-    """Numbers of :func:`paper_number` named by chapter and place: "{doc}`greedy-learning`, Figure 4
-    (κ = 6): 2.33 and 3.29; Figure 5 (κ = 6): 3.24; in {doc}`other`, Table 1 (row 2): 0.194"."""
+    """Numbers of :func:`_paper_number` named by chapter and place: "{doc}`greedy-learning`,
+    Figure 4 (κ = 6): 2.33 and 3.29; Figure 5 (κ = 6): 3.24; in {doc}`other`, Table 1 (row 2):
+    0.194"."""
     chapters: dict[str, dict[str, list[str]]] = {}
     for number in numbers:
         places = chapters.setdefault(number[0], {})
@@ -1429,10 +1430,10 @@ def _numbers_named(numbers: Sequence[tuple]) -> str:
         for chapter, places in chapters.items())
 
 
-def split_numbers(rows: Sequence[tuple[str, dict]]) -> list[tuple[tuple, list[dict]]]:
-    """The numbers of :func:`paper_numbers` that one comparison reproduces and another misses
+def _split_numbers(rows: Sequence[tuple[str, dict]]) -> list[tuple[tuple, list[dict]]]:
+    """The numbers of :func:`_paper_numbers` that one comparison reproduces and another misses
     (differs or not reproduced)."""
-    return [(number, group) for number, group in paper_numbers(rows).items()
+    return [(number, group) for number, group in _paper_numbers(rows).items()
             if any(e["status"] == "reproduced" for e in group)
             and any(e["status"] in _MISSES for e in group)]
 
@@ -1458,19 +1459,19 @@ def _heading_labels() -> set[str]:
 
 def _numbers_paragraph(rows: Sequence[tuple[str, dict]]) -> str:
     """What the page's counts count: comparisons (rows), grouped into numbers of the papers by
-    :func:`paper_number`, and the numbers that one comparison reproduces and another misses."""
+    :func:`_paper_number`, and the numbers that one comparison reproduces and another misses."""
     paper = [(c, e) for c, e in rows if e["kind"] == "paper"]
     printed = [(c, e) for c, e in paper if not _from_notebook(e)]
     notebook = [(c, e) for c, e in paper if _from_notebook(e)]
-    split = split_numbers(paper)
-    total = len(paper_numbers(paper))
+    split = _split_numbers(paper)
+    total = len(_paper_numbers(paper))
     text = (
         "The counts are of comparisons, one row of the tables below each, not of the papers' "
         "numbers. The comparisons of one chapter that give the same value at the same place of "
         "a paper (the first figure, table, section or example their item names, with its row, κ"
         f" and β) compare one number: about {_plural(total, 'number')} in all, "
-        f"{len(paper_numbers(printed))} from the papers themselves and "
-        f"{len(paper_numbers(notebook))} read off the notebooks. One number can be compared "
+        f"{len(_paper_numbers(printed))} from the papers themselves and "
+        f"{len(_paper_numbers(notebook))} read off the notebooks. One number can be compared "
         "several ways: a run of the authors that our code rebuilds seed by seed, as an exact "
         "value and again as one run among our seeds; a table's mean under a second protocol. So "
         "one comparison can reproduce a number that another misses (differs or not "
@@ -1522,7 +1523,7 @@ def page_markdown(ledger: dict) -> str:
             f"## {title}", "",
             f"Cited as {{cite:t}}`{paper}`. "
             + (f"{_plural(len(printed), 'comparison')} with about "
-               f"{_plural(len(paper_numbers(printed)), 'number')} of it: "
+               f"{_plural(len(_paper_numbers(printed)), 'number')} of it: "
                f"{_source_counts([e for _, e in printed], papers='')}. "
                if printed else "No value of this paper is recorded. ")
             + (f"{_plural(len(tested), 'check')}: "
