@@ -1,0 +1,65 @@
+"""The parallel book build: tools/book_parallel.py declares only the audited extensions safe for
+parallel reading, and tools/build_book.py hands jupyter-book's build the number of processes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import book_parallel  # noqa: E402
+import build_book  # noqa: E402
+
+
+def _app(**declared):
+    extensions = {name: SimpleNamespace(name=name, parallel_read_safe=value)
+                  for name, value in declared.items()}
+    return SimpleNamespace(extensions=extensions)
+
+
+def test_only_the_audited_silent_extensions_are_declared_safe():
+    app = _app(sphinx_multitoc_numbering=None, sphinx_jupyterbook_latex=None,
+               some_other_extension=None, unsafe_audited=False)
+    book_parallel.declare_audited(app)
+    assert app.extensions["sphinx_multitoc_numbering"].parallel_read_safe is True
+    assert app.extensions["sphinx_jupyterbook_latex"].parallel_read_safe is True
+    # an extension nobody audited stays silent, so Sphinx still warns (and -W fails the build)
+    assert app.extensions["some_other_extension"].parallel_read_safe is None
+
+
+def test_an_audited_extension_that_declares_itself_is_left_alone():
+    app = _app(sphinx_jupyterbook_latex=False)  # a future release that says "not safe" wins
+    book_parallel.declare_audited(app)
+    assert app.extensions["sphinx_jupyterbook_latex"].parallel_read_safe is False
+
+
+def test_the_build_passes_its_jobs_to_jupyter_books_sphinx_build(monkeypatch):
+    import jupyter_book.cli.main
+    import jupyter_book.sphinx
+
+    seen = {}
+
+    def fake_build_sphinx(*args, **kwargs):
+        seen["jobs"] = kwargs.get("jobs")
+        return 0
+
+    def fake_command_line(arguments):
+        seen["arguments"] = arguments
+        from jupyter_book.sphinx import build_sphinx  # as the real command imports it
+
+        build_sphinx("source", "output", jobs=1)
+
+    monkeypatch.setattr(jupyter_book.sphinx, "build_sphinx", fake_build_sphinx)
+    monkeypatch.setattr(jupyter_book.cli.main, "main", fake_command_line)
+    build_book.main(["--jobs", "3", ".", "-W"])
+    assert seen == {"arguments": ["build", ".", "-W"], "jobs": 3}
+
+
+def test_a_number_of_jobs_below_one_is_refused():
+    with pytest.raises(SystemExit, match="at least 1"):
+        build_book.main(["--jobs", "0", "."])
