@@ -1265,7 +1265,8 @@ def rule_markdown() -> str:
         "- **not reproduced**: none of the above: our runs miss the paper's value, and the book "
         "has no explanation.",
         "",
-        "A theorem's prediction that our own computation tests is not a paper's number: such "
+        "A theorem's prediction that our own computation tests is not a paper's number, nor is "
+        "its prediction for a setting of our choosing (a teacher of ours): such "
         "**checks** are listed in their own tables, with the tolerance and how our value "
         "approaches the prediction, as **holds** (within the tolerance), **fails**, or "
         "**illustration** (outside the statement's hypotheses), and they are not counted above. "
