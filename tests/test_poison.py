@@ -874,3 +874,19 @@ def test_dynamics_init_without_forced_tie_keeps_the_random_gaps():
             free[name][[0, *range(2, 10)]], tied[name][[0, *range(2, 10)]]
         )
         assert free[name][1] < tied[name][1]
+
+
+def test_dynamics_init_sort_c_is_the_texts_draw_of_c():
+    import dataclasses
+
+    from lib.poisoning.dynamics import TABLE1_ROW2
+
+    text = dataclasses.replace(TABLE1_ROW2, sort_c=True)
+    code, sorted_c = dynamics_init(TABLE1_ROW2, 5), dynamics_init(text, 5)
+    # the same numbers: C sorted descending with no tie (App. H.1.1), A and B untouched
+    np.testing.assert_array_equal(sorted_c["c"].numpy(), np.sort(code["c"].numpy())[::-1])
+    assert not np.array_equal(code["c"].numpy(), sorted_c["c"].numpy())
+    for name in "ab":
+        np.testing.assert_array_equal(sorted_c[name].numpy(), code[name].numpy())
+    with pytest.raises(ValueError, match="sort_c"):
+        dataclasses.replace(TABLE1_ROW2, sort_c=1)

@@ -155,7 +155,11 @@ def _batch(setting, pairs, init, dtype):
 
 
 def _run(setting, pairs, *, dtype, step_norm, softening, init, max_steps, beta=0.8):
-    """The adaptive gradient descent of every run at once; finished runs stay frozen."""
+    """The adaptive gradient descent of every run at once; finished runs stay frozen.
+
+    Every ``COMPACT_EVERY`` steps the finished runs leave the batch (their final state is stored),
+    so the long runs no longer carry the short ones; each run's arithmetic is row-wise and does
+    not change."""
     x64, y64, w64, sizes, start = _batch(setting, pairs, init, dtype)
     x, y, w = (v.to(dtype) for v in (x64, y64, w64))
     a, b, c = (start[k].to(dtype) for k in "abc")
@@ -165,14 +169,29 @@ def _run(setting, pairs, *, dtype, step_norm, softening, init, max_steps, beta=0
     gamma = torch.zeros(runs, dtype=dtype)
     converged = [None] * runs
     last = [max_steps] * runs
+    ends = torch.full((runs,), max_steps)  # the same ends as ``last``, as a tensor
+    unfitted = torch.ones(runs, dtype=torch.bool)
     active = torch.ones(runs, dtype=torch.bool)
+    rows = torch.arange(runs)  # the original run of each row of the batch
+    out = {"a": a.clone(), "b": b.clone(), "c": c.clone()}
     for k in range(max_steps + 1):
+        if k % COMPACT_EVERY == 0 and not bool(active.all()):
+            done = ~active
+            for key, value in (("a", a), ("b", b), ("c", c)):
+                out[key][rows[done]] = value[done]
+            a, b, c, x, y, w, lr, gamma, ends, unfitted, rows = (
+                v[active] for v in (a, b, c, x, y, w, lr, gamma, ends, unfitted, rows))
+            active = active[active]
         loss, g_a, g_b, g_c, z = _step_gradients(a, b, c, x, y, w)
-        for r in torch.nonzero(active & (loss <= setting.stop_loss)).flatten().tolist():
-            if converged[r] is None:
+        fits = unfitted & active & (loss <= setting.stop_loss)
+        if bool(fits.any()):
+            for i in torch.nonzero(fits).flatten().tolist():
+                r = int(rows[i])
                 converged[r] = k
                 last[r] = min(max_steps, k + setting.extra_steps)
-        active &= torch.tensor([k < end for end in last])
+                ends[i] = last[r]
+            unfitted &= ~fits
+        active &= k < ends
         if not bool(active.any()):
             break
         measure = _gradient_measure((g_a, g_b, g_c), z, a, b, c, step_norm)
@@ -180,8 +199,13 @@ def _run(setting, pairs, *, dtype, step_norm, softening, init, max_steps, beta=0
         eta = lr / (torch.sqrt(gamma / (1 - beta ** (k + 1))) + softening)
         eta = torch.where(active, eta, torch.zeros_like(eta)).unsqueeze(-1)
         a, b, c = a - eta * g_a, b - eta * g_b, c - eta * g_c
-    final = {"a": a.to(DTYPE), "b": b.to(DTYPE), "c": c.to(DTYPE)}
+    for key, value in (("a", a), ("b", b), ("c", c)):
+        out[key][rows] = value
+    final = {key: value.to(DTYPE) for key, value in out.items()}
     return x64, y64, w64, sizes, start, final, converged, last
+
+
+COMPACT_EVERY = 500
 
 
 def train_authors(

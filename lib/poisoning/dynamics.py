@@ -71,7 +71,9 @@ class DynamicsSetting:
     Sequences: ``n_baseline`` N(0, 1) sequences non-zero at ``baseline_positions`` and
     ``n_special`` at ``special_positions`` (1-indexed). Initialization: |N(0, sd_a)| sorted with
     a tie gap ``tie_gap(sd_a, tie_exponent)``, B likewise with sd_bc and the same gap,
-    C = |N(0, sd_bc)| unsorted, ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
+    C = |N(0, sd_bc)| unsorted as in the authors' code (``sort_c=False``) or sorted descending
+    with no tie as the paper's App. H.1.1 says ("the same procedure" as B without modifying the
+    second entry, ``sort_c=True``), ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
     ``tie_exponent=None`` forces no tie: the sorted entries keep their random gaps.
     Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
     ≤ ``stop_loss``, then ``extra_steps`` more. ``optimizer="adaptive"`` is the authors' code's
@@ -110,6 +112,7 @@ class DynamicsSetting:
     warm: float = 0.0
     adam_eps: float = 1e-7
     adam_form: str = "keras"
+    sort_c: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -133,6 +136,8 @@ class DynamicsSetting:
         as_int(self.extra_steps, "extra_steps", minimum=0)
         as_choice(self.optimizer, "optimizer", OPTIMIZERS)
         as_choice(self.adam_form, "adam_form", ADAM_FORMS)
+        if not isinstance(self.sort_c, bool):
+            raise ValueError(f"sort_c must be True or False, got {self.sort_c!r:.60}")
         if (self.hidden is None) != (self.sd_mlp is None):
             raise ValueError("hidden and sd_mlp go together: give both (an MLP) or neither")
         if self.hidden is not None:
@@ -279,7 +284,8 @@ def dynamics_init(setting: DynamicsSetting, seed: int) -> dict[str, torch.Tensor
     """The paper's initialization (App. H.1.1) from ``numpy.random.RandomState(seed)``.
 
     a = |N(0, sd_a)| sorted descending with a_2 := a_1 − diff; b likewise with sd_bc; c =
-    |N(0, sd_bc)| unsorted (as in the authors' code); ``warm`` added to a and b; with an MLP,
+    |N(0, sd_bc)|, unsorted as in the authors' code, or sorted descending (no tie) when
+    ``setting.sort_c`` as the paper's text says; ``warm`` added to a and b; with an MLP,
     D_in (d_h×1), D_hidden (d_h×d_h), D_out (1×d_h) with N(0, sd_mlp²) entries. The tie gaps of
     Figure 2 (≈ 2e-19) are below float64 resolution, i.e. exact ties, broken only through c.
     """
@@ -291,6 +297,8 @@ def dynamics_init(setting: DynamicsSetting, seed: int) -> dict[str, torch.Tensor
     a = sorted_with_tie(np.abs(rng.normal(0.0, setting.sd_a, d)), gap)
     b = sorted_with_tie(np.abs(rng.normal(0.0, setting.sd_bc, d)), gap)
     c = np.abs(rng.normal(0.0, setting.sd_bc, d))
+    if setting.sort_c:
+        c = sorted_with_tie(c, None)
     params = {"a": a + setting.warm, "b": b + setting.warm, "c": c}
     params = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
     if setting.with_mlp:
