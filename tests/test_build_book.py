@@ -63,3 +63,13 @@ def test_the_build_passes_its_jobs_to_jupyter_books_sphinx_build(monkeypatch):
 def test_a_number_of_jobs_below_one_is_refused():
     with pytest.raises(SystemExit, match="at least 1"):
         build_book.main(["--jobs", "0", "."])
+
+
+def test_the_proof_domain_merges_nothing_without_raising():
+    """sphinx_proof's domain keeps no domain data, but lacks the merge a parallel build calls."""
+    from sphinx_proof.domain import ProofDomain
+
+    book_parallel.give_proof_domain_a_merge()
+    assert "merge_domaindata" in vars(ProofDomain)
+    domain = ProofDomain.__new__(ProofDomain)  # the merge reads no state of the instance
+    assert domain.merge_domaindata({"book/intro"}, {"version": 0}) is None

@@ -20,6 +20,16 @@ Neither keeps per-document state that a reading process would have to hand back,
 declares them safe for parallel reading. It declares nothing else: any other extension that does
 not declare still makes the build warn, and fail. Writing is untouched (Sphinx's default for an
 undeclared extension is that writing in parallel is safe).
+
+One extension declares itself safe but is not quite: ``sphinx_proof`` (the book's theorem and
+proof boxes) keeps its statements in ``env.proof_list``, which its own ``env-merge-info`` handler
+merges, and registers a domain, ``prf``, whose domain data holds nothing; but that domain does not
+implement ``merge_domaindata``, and Sphinx's default raises ``NotImplementedError`` when the main
+process merges a reading process's environment. With nothing in the domain data to merge, the
+right merge does nothing, and this module gives the domain that method where it lacks one. (A
+label used twice in two chapters read by different processes is then not reported by
+sphinx_proof's directive, which looks only at the statements its own process has read; the book's
+labels are unique, and Sphinx's own duplicate-label check still runs on the merged environment.)
 """
 
 from __future__ import annotations
@@ -38,7 +48,22 @@ def declare_audited(app: Sphinx) -> None:
             extension.parallel_read_safe = True
 
 
+def merge_nothing(self, docnames: set[str], otherdata: dict) -> None:
+    """Domain.merge_domaindata for a domain whose data holds nothing to merge."""
+
+
+def give_proof_domain_a_merge() -> None:
+    """sphinx_proof's domain, where it does not merge (see the module docstring), merges nothing."""
+    try:
+        from sphinx_proof.domain import ProofDomain
+    except ImportError:  # not installed: nothing to mend
+        return
+    if "merge_domaindata" not in vars(ProofDomain):
+        ProofDomain.merge_domaindata = merge_nothing
+
+
 def setup(app: Sphinx) -> dict:
+    give_proof_domain_a_merge()
     # at builder-inited every extension of the configuration is loaded, and reading has not begun
     app.connect("builder-inited", declare_audited)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
