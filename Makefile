@@ -73,7 +73,8 @@ endef
 # errors fatal, in the mode that renders every exploration frame (a superset of nbmake's one
 # frame), and wrote the ledger entries that `tools/ledger.py check` reads. An incremental make book
 # executes only the pages whose book/*.md changed (Sphinx tracks no dependency on lib), yet writes
-# the hash all the same: after one, run make test from a clean tree (make clean test).
+# the hash all the same: after one, run make test from a clean tree (make clean test). The hash is
+# written only once the ledger check has passed, so a build whose check fails is executed again.
 EXECUTED := _build/.executed
 SOURCES_HASH = { git ls-files -co --exclude-standard -z -- book lib tools benchmarks _config.yml \
   _toc.yml requirements-lock.txt pyproject.toml | sort -z | xargs -0 sha256sum; \
@@ -189,8 +190,8 @@ book: $(STAMP) $(MATHJAX)
 	rm -rf $(LEDGER_DIR) _build/html/_static/mathjax $(EXECUTED)
 	hash=$$($(SOURCES_HASH)); \
 	BOOK_MODE=build $(RUN) $(MPL) $(BIN)/python tools/build_book.py . -W --keep-going; \
+	$(BIN)/python tools/ledger.py check --executed-only; \
 	echo "$$hash" > $(EXECUTED)
-	$(BIN)/python tools/ledger.py check --executed-only
 	@echo "The book is in _build/html/index.html"
 
 # Every page of the built book in headless Chromium (Debian's; installed with apt-get when missing
