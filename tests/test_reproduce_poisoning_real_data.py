@@ -211,3 +211,52 @@ def test_the_wide_scratch_task_on_a_tiny_size():
             assert np.array_equal(got["success"], got["margin"] > 0)
     keys = {t.key for t in rp.tasks()}
     assert "wide MLP scratch 2 gray" in keys
+
+
+def test_the_penalized_task_on_a_tiny_size():
+    """The footnote's lambda retrained: every arm from one brew (same poisons), each random control
+    of its arm's size, the penalty pushing the perturbation into the last row, one outcome per
+    (target, seed) pair, a flip exactly when the adversarial margin is positive."""
+    out = rp.penalized_task(kind="MLP", targets_n=2, seeds=[0, 2], steps=3, epochs=2)
+    record = out[("penalized", "MLP 2 targets")]
+    _plain(record)
+    assert set(record["arms"]) == set(rp.PENALIZED_ARMS) and len(record["targets"]) == 2
+    assert record["budget"] == rp.whole_class(data.digits_split()[1])
+    for arm in ("lambda 1", "unregularized"):
+        ratio = record["arms"][f"random {arm}"]["size_ratio"]
+        assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    arms = record["arms"]
+    assert arms["lambda 1"]["rel_row"] > arms["unregularized"]["rel_row"]
+    for arm in arms.values():
+        assert len(arm["success"]) == 4 and len(arm["poison_accuracy"]) == 4
+        assert np.array_equal(arm["success"], arm["margin"] > 0)
+    with pytest.raises(ValueError, match="kind"):
+        rp.penalized_task(kind="CNN", targets_n=2, seeds=[0])
+    tasks = {t.key: t for t in rp.tasks()}
+    for kind, n in rp.PENALIZED_RUNS:
+        key = f"{kind} {n} targets"
+        assert tasks[f"penalized {key}"].writes == (("penalized", key),)
+
+
+def test_the_weight_decay_task_trains_victim_and_surrogate_with_it():
+    out = rp.wide_weight_decay_task(weight_decay=0.5, surrogate_seed=100, target_seed=0,
+                                    attack_seed=1, victim_seeds=[0], targets_n=2, hidden=8,
+                                    train=rp.mlp_victim.TrainConfig(epochs=1), budget=3, steps=2,
+                                    restarts=1)
+    record = out[("weight_decay", "MLP 8 scratch 2 gray, decay 0.5")]
+    _plain(record)
+    assert record["train"]["weight_decay"] == 0.5 and record["target_seed"] == 0
+    assert len(record["arms"]["attack"]["replace"]["success"]) == 2
+    # the decay acts: the same run without it ends elsewhere
+    plain = rp.wide_scratch_task(surrogate_seed=100, target_seed=0, attack_seed=1,
+                                 victim_seeds=[0], targets_n=2, hidden=8,
+                                 train=rp.mlp_victim.TrainConfig(epochs=1), budget=3, steps=2,
+                                 restarts=1)
+    other = plain[("wide_scratch", "MLP 8 scratch 2 gray")]
+    assert not np.allclose(other["arms"]["attack"]["replace"]["p_adv"],
+                           record["arms"]["attack"]["replace"]["p_adv"])
+    with pytest.raises(ValueError, match="weight_decay"):
+        rp.wide_weight_decay_task(weight_decay=-1.0, surrogate_seed=100, target_seed=0,
+                                  attack_seed=1, victim_seeds=[0], targets_n=2)
+    keys = {t.key for t in rp.tasks()}
+    assert {f"wide MLP scratch 2 gray, decay {w:g}" for w in rp.WIDE_WD} <= keys
