@@ -82,6 +82,9 @@ def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_s
         if expected == "reproduced" and paper_value != 0 and any(
                 low <= x <= high for x in (paper_value / 2, 2 * paper_value)):
             expected = "weak evidence"
+        # rule 8: fewer than MIN_RUNS runs of ours give weak evidence at best
+        if expected == "reproduced" and values.size < ledger.MIN_RUNS:
+            expected = "weak evidence"
     return result == expected
 
 

@@ -54,8 +54,13 @@ def _brute_rank_and_band(values, k, stat, x):
 # The rule: statuses are computed from the numbers
 
 
+# 22 seeds evenly spaced from 11 to 18: their q-th quantile is 11 + 7 q, so their central 90 % is
+# 11.35 to 17.65, as for the eight seeds 11, 12, ..., 18 (module docstring)
+EVEN_11_18 = np.linspace(11.0, 18.0, 22)
+
+
 def test_a_single_run_of_the_paper_is_placed_in_the_central_90_percent_of_our_seeds(chapter):
-    seeds = np.arange(11.0, 19.0)  # 5th and 95th percentiles 11.35 and 17.65 (module docstring)
+    seeds = EVEN_11_18  # 5th and 95th percentiles 11.35 and 17.65 (module docstring)
     assert _rec("inside", 17.5, seeds, "single") == "reproduced"
     assert _rec("outside", 17.8, seeds, "single") == "not reproduced"
     assert _rec("low", 11.3, seeds, "single") == "not reproduced"
@@ -63,21 +68,30 @@ def test_a_single_run_of_the_paper_is_placed_in_the_central_90_percent_of_our_se
                 explain="why") == "differs"
     entry = _entries(chapter)["inside"]
     assert entry["band"] == pytest.approx([11.35, 17.65])
-    # exact: the mean of the integers 11..18 is 14.5 in float64 on every machine (exact sums)
-    assert entry["ours"]["n"] == 8 and entry["ours"]["median"] == pytest.approx(14.5)
-    assert entry["ours"]["mean"] == 14.5 and entry["rank"] == pytest.approx(7 / 8)
+    assert entry["ours"]["n"] == 22 and entry["ours"]["median"] == pytest.approx(14.5)
+    # 20 of the 22 (11 + 7 i / 21 for i <= 19) lie below 17.5, none equal to it
+    assert entry["ours"]["mean"] == pytest.approx(14.5) and entry["rank"] == pytest.approx(20 / 22)
+    # the eight seeds 11, ..., 18 have the same band, but fewer than MIN_RUNS = 19 runs: a value
+    # inside it is weak evidence (rule 8), a value outside it still a miss
+    assert ledger.MIN_RUNS == 19
+    assert _rec("few", 17.5, np.arange(11.0, 19.0), "single") == "weak evidence"
+    assert _entries(chapter)["few"]["band"] == pytest.approx([11.35, 17.65])
+    assert _rec("few-out", 17.8, np.arange(11.0, 19.0), "single") == "not reproduced"
+    assert _rec("at-floor", 17.5, np.linspace(11.0, 18.0, 19), "single") == "reproduced"
+    assert _rec("below-floor", 17.5, np.linspace(11.0, 18.0, 18), "single") == "weak evidence"
+    assert ledger.rule_problems({"t": _entries(chapter)}) == []
 
 
 def test_a_band_that_holds_half_or_double_the_papers_value_is_weak_evidence(chapter):
     """Rule 8: seeds 1..8 (central 90 %: 1.35 to 7.65) hold the paper's 7.5 but also 3.75, its
     half: they cannot tell the two apart. The same holds for double the value (0.5 and 1.0 in a
     band from 0.4 to 1.2), and for negative values; a value of 0 is left to rules 3 and 4."""
-    seeds = np.arange(1.0, 9.0)
+    seeds = np.linspace(1.0, 8.0, 22)  # central 90 %: 1.35 to 7.65, as for 1, 2, ..., 8
     assert _rec("half", 7.5, seeds, "single") == "weak evidence"
-    assert _rec("double", 0.5, np.linspace(0.4, 1.2, 9), "single") == "weak evidence"
+    assert _rec("double", 0.5, np.linspace(0.4, 1.2, 21), "single") == "weak evidence"
     assert _rec("negative", -7.5, -seeds, "single") == "weak evidence"
-    assert _rec("zero", 0.0, np.linspace(-1.0, 1.0, 9), "single") == "reproduced"
-    assert _rec("narrow", 0.55, np.linspace(0.4, 0.7, 9), "single") == "reproduced"
+    assert _rec("zero", 0.0, np.linspace(-1.0, 1.0, 21), "single") == "reproduced"
+    assert _rec("narrow", 0.55, np.linspace(0.4, 0.7, 21), "single") == "reproduced"
     # an exact value whose tolerance window holds half or double it: 5 000 +- 5 000 (a reading
     # bracketed by printouts at 0 and 10 000) holds 2 500 and 10 000
     assert _rec("bracket", 5000.0, 9171.0, "exact", tol=5000.0) == "weak evidence"
@@ -100,11 +114,17 @@ def test_a_paper_mean_inside_our_quartiles_is_not_reproduced_when_few_of_our_mea
     q1, q3 = np.percentile(SKEWED, [25, 75])
     assert q1 <= 0.2 <= q3  # the old rule (quartiles of single seeds) called this reproduced
     rank, band = _brute_rank_and_band(SKEWED, 4, "mean", 0.2)
-    assert rank < 0.05  # 2.3 % of the 495 means of 4 seeds are below 0.2
+    # 11 of the 495 means of 4 seeds are below 0.2 and one equals it: rank 11.5 / 495 = 2.3 %
+    assert rank == pytest.approx(11.5 / 495) and rank < 0.05
     assert _rec("b7", 0.2, SKEWED, "mean", paper_n=4) == "not reproduced"
     entry = _entries(chapter)["b7"]
     assert entry["enumerated"] is True and entry["subsets"] == 495
     assert entry["rank"] == pytest.approx(rank) and entry["band"] == pytest.approx(band)
+    # the page gives the shares below and equal apart, never "above 2.3 %" (ties counted half)
+    assert ledger._below_equal(entry) == pytest.approx((11 / 495, 1 / 495))
+    text = ledger._compared_text(entry)
+    assert "2.2\u00a0% of them lie below the paper's value and 0.2\u00a0% equal it" in text
+    assert "above" not in text
 
 
 def test_the_level_is_the_central_90_percent_of_our_statistic(chapter):
@@ -122,16 +142,21 @@ def test_the_level_is_the_central_90_percent_of_our_statistic(chapter):
 @pytest.mark.parametrize("stat", ["mean", "median", "max", "min"])
 def test_each_statistic_of_k_runs_is_compared_with_the_same_statistic_of_our_k_subsets(
         chapter, stat):
-    for k in (2, 3, 5):
-        for x in (0.13, 0.3, 1.2, 4.0):
-            key = f"{stat}-{k}-{str(x).replace('.', 'p')}"
-            status = _rec(key, x, SKEWED, stat, paper_n=k)
-            rank, (low, high) = _brute_rank_and_band(SKEWED, k, stat, x)
-            assert _entries(chapter)[key]["rank"] == pytest.approx(rank)
-            inside = low <= x <= high
-            wide = low <= x / 2 <= high or low <= 2 * x <= high
-            expected = ("weak evidence" if wide else "reproduced") if inside else "not reproduced"
-            assert status == expected, key
+    # the twelve skewed seeds (fewer than MIN_RUNS: an agreement is weak evidence at best) and
+    # twenty seeds spread over the same range (enough runs to reproduce)
+    for values in (SKEWED, np.geomspace(0.1, 15.0, 20)):
+        for k in (2, 3, 5):
+            for x in (0.13, 0.3, 1.2, 4.0):
+                key = f"{stat}-{values.size}-{k}-{str(x).replace('.', 'p')}"
+                status = _rec(key, x, values, stat, paper_n=k)
+                rank, (low, high) = _brute_rank_and_band(values, k, stat, x)
+                assert _entries(chapter)[key]["rank"] == pytest.approx(rank)
+                inside = low <= x <= high
+                weak = (low <= x / 2 <= high or low <= 2 * x <= high
+                        or values.size < ledger.MIN_RUNS)
+                expected = ("weak evidence" if weak else "reproduced") if inside \
+                    else "not reproduced"
+                assert status == expected, key
 
 
 def test_one_run_on_each_side_is_at_best_weak_evidence(chapter):
@@ -150,15 +175,18 @@ def test_one_run_on_each_side_is_at_best_weak_evidence(chapter):
 
 
 def test_a_band_that_also_holds_the_contrasted_value_is_inconclusive(chapter):
-    """Rule 7: the paper's run 17.5 lies in the central 90 % of our seeds 11..18 (11.35 to
-    17.65); so does 12, the value it must be told apart from, so our runs cannot tell the two
-    apart. 10.5 lies outside that band: the paper's 17.5 is then reproduced. A paper's value
-    outside the band is not reproduced whatever ``against`` is."""
-    seeds = [11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0]
+    """Rule 7: the paper's run 17.5 lies in the central 90 % of our seeds 11..18 (22 evenly
+    spaced, 11.35 to 17.65); so does 12, the value it must be told apart from, so our runs cannot
+    tell the two apart. 10.5 lies outside that band: the paper's 17.5 is then reproduced. A
+    paper's value outside the band is not reproduced whatever ``against`` is. Rule 7 comes before
+    the floor of rule 8: with eight seeds 11, ..., 18 it is inconclusive too."""
+    seeds = list(EVEN_11_18)
     assert _rec("contrast-in", 17.5, seeds, "single", against=12.0) == "inconclusive"
+    assert _rec("contrast-in-few", 17.5, np.arange(11.0, 19.0), "single",
+                against=12.0) == "inconclusive"
     assert _rec("contrast-out", 17.5, seeds, "single", against=10.5) == "reproduced"
     assert _rec("paper-out", 17.8, seeds, "single", against=12.0) == "not reproduced"
-    # the same rule for a statistic of k runs: every mean of 4 of our seeds lies in [12.5, 16.5]
+    # the same rule for a statistic of k runs: every mean of 4 of our seeds lies in [11.5, 17.5]
     assert _rec("mean-in", 14.5, seeds, "mean", paper_n=4, against=14.0) == "inconclusive"
     assert ledger.verdict("contrast-in") == "inconclusive"
     entry = _entries(chapter)["contrast-in"]
@@ -174,19 +202,20 @@ def test_a_band_that_also_holds_the_contrasted_value_is_inconclusive(chapter):
 
 def test_a_paper_number_our_other_arm_reproduces_as_well_is_inconclusive(chapter):
     """Rule 7 with our other arm's runs: the paper's 17.5 lies in the central 90 % of our seeds
-    11..18 (11.35 to 17.65) and of our other arm's 15..22 (15.35 to 21.65): inconclusive; against
-    the other arm 18.5..25.5 (18.85 to 25.15) it is reproduced (module docstring)."""
-    seeds = np.arange(11.0, 19.0)
-    assert _rec("both", 17.5, seeds, "single", against=np.arange(15.0, 23.0)) == "inconclusive"
-    assert _rec("apart", 17.5, seeds, "single", against=np.arange(18.5, 26.5)) == "reproduced"
-    assert _rec("miss", 17.8, seeds, "single", against=np.arange(15.0, 23.0)) \
-        == "not reproduced"
-    # a mean of 4: the central 90 % of the means of 4 of 11..18 is 13.1125 to 15.8875, of
-    # 13..20 15.1125 to 17.8875 (the same shifted by 2)
-    assert _rec("mean", 15.0, seeds, "mean", paper_n=4, against=np.arange(13.0, 21.0)) \
+    11..18 (22 evenly spaced, 11.35 to 17.65) and of our other arm's 15..22 (15.35 to 21.65):
+    inconclusive; against the other arm 18.5..25.5 (18.85 to 25.15) it is reproduced (module
+    docstring)."""
+    seeds = EVEN_11_18
+    assert _rec("both", 17.5, seeds, "single", against=EVEN_11_18 + 4) == "inconclusive"
+    assert _rec("apart", 17.5, seeds, "single", against=EVEN_11_18 + 7.5) == "reproduced"
+    assert _rec("miss", 17.8, seeds, "single", against=EVEN_11_18 + 4) == "not reproduced"
+    # a mean of 4: the other arm's means of 4 are ours shifted by 2
+    low, high = _brute_rank_and_band(seeds, 4, "mean", 13.5)[1]
+    assert low < 13.5 < low + 2 < 15.5 < high  # 13.5 only in ours, 15.5 in both
+    assert _rec("mean", 13.5, seeds, "mean", paper_n=4, against=EVEN_11_18 + 2) \
         == "reproduced"
     assert _rec("mean-both", 15.5, seeds, "mean", paper_n=4,
-                against=np.arange(13.0, 21.0)) == "inconclusive"
+                against=EVEN_11_18 + 2) == "inconclusive"
     entries = _entries(chapter)
     assert np.allclose(entries["both"]["against_band"], [15.35, 21.65])
     assert "other arm" in ledger._compared_text(entries["both"])
@@ -202,10 +231,17 @@ def test_a_paper_number_our_other_arm_reproduces_as_well_is_inconclusive(chapter
 
 def test_a_range_for_a_mean_of_the_papers_runs_is_held_against_our_means(chapter):
     """Rule 6 with paper_n: the module docstring's worked case. Seeds 1, 3, 5, 7, 9: six of the
-    ten means of 3 lie in [4, 6]; seeds 3..7: all ten do, though two single seeds lie outside."""
+    ten means of 3 lie in [4, 6]; seeds 3..7: all ten do, but five seeds are fewer than
+    MIN_RUNS: weak evidence; 20 seeds from 3.5 to 6.5: 96 % of the 1 140 means of 3 lie inside,
+    though only 60 % of the single seeds do."""
     assert _rec("spread", (4, 6), [1, 3, 5, 7, 9], "interval", paper_n=3) == "not reproduced"
-    assert _rec("tight", (4, 6), [3, 4, 5, 6, 7], "interval", paper_n=3) == "reproduced"
+    assert _rec("tight", (4, 6), [3, 4, 5, 6, 7], "interval", paper_n=3) == "weak evidence"
     assert _rec("single-seeds", (4, 6), [3, 4, 5, 6, 7], "interval") == "not reproduced"
+    twenty = np.linspace(3.5, 6.5, 20)
+    assert _rec("twenty", (4, 6), twenty, "interval", paper_n=3) == "reproduced"
+    assert _rec("twenty-single", (4, 6), twenty, "interval") == "not reproduced"
+    assert "96.0\u00a0% of the means of all 1,140 3-subsets" in ledger._compared_text(
+        _entries(chapter)["twenty"])
     # exactly paper_n seeds of ours: one mean, no spread
     assert _rec("one-mean", (4, 6), [4, 5, 6], "interval", paper_n=3) == "weak evidence"
     assert _rec("one-mean-out", (4, 6), [7, 8, 9], "interval", paper_n=3) == "inconclusive"
@@ -218,7 +254,7 @@ def test_a_range_for_a_mean_of_the_papers_runs_is_held_against_our_means(chapter
 
 
 def test_a_tally_tells_an_exact_match_from_one_run_placed_among_ours(chapter):
-    seeds = [11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0]
+    seeds = EVEN_11_18
     _rec("t-exact", 1.0, 1.0, "exact", tol=0.01)
     _rec("t-single", 17.5, seeds, "single")
     _rec("t-mean", 14.5, seeds, "mean", paper_n=4)
@@ -284,8 +320,11 @@ def test_an_interval_of_the_paper_holds_nine_tenths_of_our_seeds(chapter):
     assert _rec("d", (18, 20), [19, 20, 21, 22], "interval") == "not reproduced"
     assert _rec("bound", (None, 0.5), 0.7, "interval") == "inconclusive"  # one run, outside
     assert _rec("lower", (0.5, None), 0.7, "interval") == "weak evidence"
-    # 12 seeds, one of them (0.45) below the bound: 11/12 = 91.7 % inside, at least nine in ten
+    # 12 seeds, one of them (0.45) below the bound: 11/12 = 91.7 % inside, at least nine in ten,
+    # but fewer than MIN_RUNS runs: weak evidence; 24 seeds, two below: 91.7 %, reproduced
     assert _rec("lower-spread", (0.5, None), np.linspace(0.45, 1.0, 12),
+                "interval") == "weak evidence"
+    assert _rec("lower-spread-24", (0.5, None), np.r_[0.45, 0.46, np.linspace(0.5, 1.0, 22)],
                 "interval") == "reproduced"
     # 10 seeds, two of them below: 80 % inside, fewer than nine in ten
     assert _rec("lower-two-out", (0.5, None), np.linspace(0.4, 1.0, 10),
@@ -490,6 +529,10 @@ def test_restarting_a_chapter_forgets_its_old_entries(chapter):
 # The check of a run against the committed ledger
 
 
+# 20 seeds from 0.15 to 0.25: central 90 % 0.155 to 0.245, which holds the paper's 0.2 only
+TWENTY_AROUND_02 = list(np.linspace(0.15, 0.25, 20))
+
+
 def _run(directory: Path, seeds, paper_stat="single", **extra) -> dict:
     ledger.start("some-chapter")
     ledger.record("table-row", paper=PAPER, item="x", paper_value=0.2, ours=seeds, section="s",
@@ -508,10 +551,10 @@ def test_perturbing_one_seed_fails_the_check_and_names_the_entry(chapter):
 
 
 def test_a_changed_status_statistic_and_a_missing_entry_are_named(chapter):
-    committed = {c: d["entries"] for c, d in _run(chapter, [0.1, 0.2, 0.3]).items()}
+    committed = {c: d["entries"] for c, d in _run(chapter, TWENTY_AROUND_02).items()}
     problems = ledger.compare(_run(chapter, [0.5, 0.6, 0.7]), committed)
     assert any("changed status: reproduced -> not reproduced" in line for line in problems)
-    problems = ledger.compare(_run(chapter, [0.1, 0.2, 0.3], "mean", paper_n=2), committed)
+    problems = ledger.compare(_run(chapter, TWENTY_AROUND_02, "mean", paper_n=2), committed)
     assert any("paper_stat changed from 'single' to 'mean'" in line for line in problems)
     ledger.start("some-chapter")
     problems = ledger.compare(ledger.collect(chapter), committed)
@@ -550,7 +593,7 @@ def _tool():
 def test_the_command_line_check_fails_on_a_moved_number_or_a_status_not_earned(
         chapter, tmp_path_factory, capsys):
     """tools/ledger.py check against a committed file whose number differs: exit status 1."""
-    _run(chapter, [0.1, 0.2, 0.3])
+    _run(chapter, TWENTY_AROUND_02)
     committed = tmp_path_factory.mktemp("committed") / "ledger.json"
     data = {c: d["entries"] for c, d in ledger.collect(chapter).items()}
     good = json.dumps(data)
@@ -574,7 +617,7 @@ def test_the_command_line_check_names_the_chapters_it_did_not_compare(
         chapter, tmp_path_factory, capsys):
     """A chapter run at another scale is compared with nothing: the check says so rather than
     counting its entries among those that agree."""
-    _run(chapter, [0.1, 0.2, 0.3])
+    _run(chapter, TWENTY_AROUND_02)
     committed = tmp_path_factory.mktemp("committed") / "ledger.json"
     committed.write_text(json.dumps({c: d["entries"] for c, d in ledger.collect(chapter).items()}))
     tool = _tool()
@@ -594,7 +637,7 @@ def test_the_command_line_check_names_the_chapters_it_did_not_compare(
 @pytest.mark.parametrize("text", ["{not json", json.dumps({"some-chapter": {"k": {"paper": 1}}}),
                                   json.dumps([1, 2])])
 def test_a_malformed_committed_ledger_is_named(chapter, tmp_path_factory, text, capsys):
-    _run(chapter, [0.1, 0.2, 0.3])
+    _run(chapter, TWENTY_AROUND_02)
     committed = tmp_path_factory.mktemp("committed") / "broken-ledger.json"
     committed.write_text(text)
     assert _tool().main(["check", "--committed", str(committed)]) == 1  # no traceback
@@ -602,7 +645,7 @@ def test_a_malformed_committed_ledger_is_named(chapter, tmp_path_factory, text, 
 
 
 def test_a_malformed_chapter_file_is_named(chapter):
-    _run(chapter, [0.1, 0.2, 0.3])
+    _run(chapter, TWENTY_AROUND_02)
     (chapter / "other-chapter.json").write_text('{"chapter": "other-chapter", "scale": "fast"}')
     with pytest.raises(ValueError, match="other-chapter.json"):
         ledger.collect(chapter)
@@ -672,7 +715,7 @@ def test_comparisons_of_one_paper_number_are_grouped_and_split_numbers_named(cha
         return ledger.record(key, paper=PAPER, item=item, paper_value=paper_value, ours=ours,
                              section="s", paper_stat=paper_stat, **extra)
 
-    seeds = np.linspace(2.0, 2.6, 9)
+    seeds = np.linspace(2.0, 2.6, 21)
     # one number (Figure 4, κ = 6, 2.3258) compared two ways: the authors' seed rebuilt, a miss at
     # the printout's last digit, and the same run among our seeds, a hit
     assert rec("k6-seed302", "Figure 4, κ = 6 and its figure, seed 302: rank", 2.325817,
@@ -708,7 +751,7 @@ def test_the_page_says_when_no_number_is_split(chapter):
 
 
 def test_the_count_lines_give_the_misses_in_all_beside_the_differences(chapter):
-    seeds = np.arange(11.0, 19.0)  # central 90 %: 11.35 to 17.65
+    seeds = EVEN_11_18  # central 90 %: 11.35 to 17.65
     _rec("hit", 17.5, seeds, "single")
     _rec("explained", 17.8, seeds, "single", reason="our seeds", explain="sec-seeds")
     _rec("explained-too", 10.0, seeds, "single", reason="our seeds", explain="sec-seeds")
@@ -858,3 +901,40 @@ def test_the_page_says_what_keeps_a_run_in_the_papers_setting_and_that_ranges_ar
     text = ledger.rule_markdown()
     assert "step rule" in text and "authors' published code" in text
     assert "not tested for whether it is informative" in text
+
+
+def test_the_page_gives_shares_below_and_equal_apart_where_ours_tie_with_the_papers_value(
+        chapter):
+    """The rank counts values equal to the paper's half; the page never words it as "above":
+    20 seeds, 3 of them below 6 and 4 equal to it, give "15 % of them lie below the paper's value
+    and 20 % equal it" (rank 25 %); without ties it reads "above"."""
+    seeds = np.r_[np.full(3, 5.0), np.full(4, 6.0), np.linspace(6.5, 9.0, 13)]
+    _rec("ties", 6.0, seeds, "single")
+    _rec("no-ties", 6.2, seeds, "single")
+    entries = _entries(chapter)
+    assert entries["ties"]["rank"] == pytest.approx(0.25)
+    assert ("15\u00a0% of them lie below the paper's value and 20\u00a0% equal it"
+            in ledger._compared_text(entries["ties"]))
+    assert "the paper's value is above 35\u00a0% of them" in ledger._compared_text(
+        entries["no-ties"])
+    # one of 4 960 below: two decimals, never "0.0 %"
+    assert ledger._percent(1 / 4960) == "0.02\u00a0%"
+
+
+def test_a_checks_row_shows_the_range_over_which_it_must_hold(chapter):
+    """A check holds when every value does, so its row gives our smallest and largest values
+    (the four step sizes of a ratio), not their median."""
+    ledger.check("ratios", paper=PAPER, statement="Theorem 3", predicted=0.0,
+                 ours=[0.0336, 0.0423, 0.0423, 0.0488], tol=0.05, section="s")
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    row = next(line for line in page.splitlines() if line.startswith("| Theorem 3"))
+    assert "0.0336 to 0.0488 (4 values: 0.0336, 0.0423, 0.0423, 0.0488)" in row
+    assert "[" not in row.split("|")[3]
+
+
+def test_the_rule_text_states_the_floor_and_the_precision_of_a_rebuild():
+    text = ledger.rule_markdown()
+    assert f"only from at least {ledger.MIN_RUNS} runs of ours" in text
+    assert "2/(*n* + 1)" in text
+    assert "difference of precision" in text and "single-precision printout" in text
+    assert "share equal to it" in text

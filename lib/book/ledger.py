@@ -15,10 +15,12 @@ What the paper's number is (``paper_stat``)
     a deterministic quantity (a closed form, a deterministic flow, a formula's table), or one seeded
     run of the authors' rebuilt seed by seed (the same seed and data on both sides). Ours is one
     number, ``tol`` the tolerance of agreement the chapter states: half a unit of the paper's last
-    printed digit, a pixel of the plot the value is read from, or half a printout's bracket. A
-    rebuild in double precision of a run the authors made in single precision needs a tolerance
-    that also covers the difference of precision (the chapter states it); the last digit alone
-    tests the rebuild's arithmetic, not the paper's number.
+    printed digit, a pixel of the plot the value is read from (or, for a value the paper shows only
+    as a curve, of the figure that shows it), or half a printout's bracket. A rebuild in double
+    precision of a run the authors made in single precision needs a tolerance that also covers the
+    difference of precision (the chapter states it): the last digit of a single-precision printout
+    alone tests the rebuild's arithmetic, not the paper's number, so such a rebuild is compared at
+    the resolution at which the paper shows the value.
 ``"single"``
     one random run of the paper (one seed, one figure).
 ``"mean"``, ``"median"``, ``"max"``, ``"min"``
@@ -40,14 +42,15 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    number that misses for such a reason is a miss (rule 9: *differs* with that reason given).
 2. ``"exact"``: **reproduced** when ``|ours − paper| ≤ tol``.
 3. ``"single"`` against a spread of our seeds: **reproduced** when the paper's run lies in the
-   central 90 % of our single runs.
+   central 90 % of our single runs (from at least :data:`MIN_RUNS` of them, rule 8).
 4. ``"mean"``/``"median"``/``"max"``/``"min"`` of ``paper_n`` runs against ``n > paper_n`` seeds
    of ours: the statistic is computed on every ``paper_n``-subset of our seeds (every one of them
    when there are at most :data:`MAX_SUBSETS` = 200 000, eq. ``C(n, paper_n) ≤ 200 000``; else
    200 000 subsets drawn uniformly with the fixed generator ``numpy.random.default_rng(``
    :data:`SUBSET_SEED` ``)``); **reproduced** when the paper's value lies in the central 90 % of
-   those statistics. A mean of 4 seeds is compared with our means of 4 seeds, never with the spread
-   of our single seeds, whose quartiles are wider.
+   those statistics (from at least :data:`MIN_RUNS` seeds of ours, rule 8). A mean of 4 seeds is
+   compared with our means of 4 seeds, never with the spread of our single seeds, whose quartiles
+   are wider.
 5. One value of ours against a random number of the paper (``ours`` one number for ``"single"``,
    ``"mean"``, ...; or exactly ``paper_n`` seeds of ours, one value of the statistic): there is no
    spread of ours to place the paper's number in, so agreement within ``tol`` earns only **weak
@@ -80,6 +83,14 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
    does not apply to it; a band around 0 is judged by rules 3, 4 and 7 alone. Rule 7 comes
    first: a band that holds both the value to tell apart and half or double the paper's value is
    inconclusive.
+   Too few runs: when rule 3, 4 or 6 would reproduce the paper's value from fewer than
+   :data:`MIN_RUNS` = 19 runs (seeds) of ours, the agreement is **weak evidence**. The floor is
+   that of a 90 % prediction interval: a further run of the same distribution falls outside the
+   range of ``n`` runs with probability ``2/(n + 1)``, which is at most ``1 − LEVEL = 0.1`` only
+   from ``n = 19`` on; with fewer runs even their whole range is not a central 90 % of the
+   distribution they stand for, and its 5th and 95th percentiles are interpolations between the
+   two smallest and the two largest runs (two runs hold every value between them). Rule 7 comes
+   first here too.
 9. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
    paragraph that shows it (``explain``), else **not reproduced**. Both are misses: the rule
    records that a reason is given and does not weigh it, so the page's count lines give the
@@ -87,16 +98,21 @@ The level is :data:`LEVEL`, the central 90 % of **our distribution of the same s
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
-* our seeds 11, 12, ..., 18 and a paper's single run 17.5: our 5th to 95th percentiles are 11.35
-  and 17.65, so it is reproduced; 17.8 is not. Our seeds 1, 2, ..., 8 (1.35 to 7.65) hold a
-  paper's 7.5 too, but also its half, 3.75: weak evidence (rule 8).
+* our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5: our 5th to 95th
+  percentiles are 11.35 and 17.65, so it is reproduced; 17.8 is not. Eight seeds 11, 12, ..., 18
+  have the same band, but are fewer than 19: 17.5 is only weak evidence (rule 8). Our 22 seeds
+  from 1 to 8 (1.35 to 7.65) hold a paper's 7.5 too, but also its half, 3.75: weak evidence
+  (rule 8).
 * a paper's mean of 4 seeds that lies inside the quartiles of our single seeds can still fall
   outside the central 90 % of our 4-seed means. Twelve skewed seeds 0.1, 0.12, 0.15, 0.2, 0.25,
   0.3, 0.4, 0.6, 1, 2, 5, 15 have quartiles 0.1875 and 1.25; a paper's mean of 4 equal to 0.2 lies
-  between them, but only 2.3 % of the 495 means of 4 of those seeds are below it: not reproduced.
-  A paper's mean of 0.3 (9.6 % of our means below it) lies inside the central 90 %, but so does
-  0.6, its double: weak evidence (rule 8).
-  The share of our statistics below the paper's value is stored as ``rank`` and shown on the page.
+  between them, but only 11 of the 495 means of 4 of those seeds (2.2 %) are below it and one
+  equals it: not reproduced. A paper's mean of 0.3 (47 of our means, 9.5 %, below it) lies inside
+  the central 90 %, but so does 0.6, its double: weak evidence (rule 8; with twelve seeds, fewer
+  than 19, it would be weak evidence anyway).
+  Where the paper's value sits among our statistics is stored as ``rank``: the share of them below
+  it, those equal to it counted half (2.3 % for 0.2). The page gives the shares below and equal
+  apart where some are equal.
 * those twelve seeds and a paper's mean, median, largest or smallest of 3 runs: the
   ``C(12, 3) = 220`` subsets are enumerated (the tests compare every status with a brute-force
   computation, for 2, 3 and 5 runs). With 128 seeds
@@ -107,14 +123,15 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
 * one run of ours, 0.31, against one run of the paper, 0.30, with ``tol = 0.02``: weak evidence.
 * a paper's contrast (poisoned minus clean) of −0.04 from one run, against our 32 contrasts whose
   central 90 % runs from −0.05 to 0.44 and ``against=0``: both −0.04 and "no effect" lie in that
-  band, so the entry is inconclusive (our seeds 11, ..., 18 with a paper's 17.5 and
-  ``against=12``: inconclusive; with ``against=10.5``: reproduced). Against our other arm's seeds
-  15, 16, ..., 22 (central 90 % 15.35 to 21.65) the same 17.5 is inconclusive; against
-  18.5, 19.5, ..., 25.5 (18.85 to 25.15) it is reproduced.
+  band, so the entry is inconclusive (our 22 seeds from 11 to 18 with a paper's 17.5 and
+  ``against=12``: inconclusive; with ``against=10.5``: reproduced). Against our other arm's 22
+  seeds from 15 to 22 (central 90 % 15.35 to 21.65) the same 17.5 is inconclusive; against
+  22 seeds from 18.5 to 25.5 (18.85 to 25.15) it is reproduced.
 * a paper's range [4, 6] for a mean of 3 runs, our seeds 1, 3, 5, 7, 9 (one of five inside):
   of the ten means of 3 of our seeds, 3.0 to 7.0, six lie in [4, 6], 60 %: not reproduced; with
-  our seeds 3, 4, 5, 6, 7 every mean of 3 (4.0 to 6.0) lies inside: reproduced, though only three
-  of the five single seeds do.
+  our seeds 3, 4, 5, 6, 7 every mean of 3 (4.0 to 6.0) lies inside, but five seeds are fewer than
+  19: weak evidence. With 20 seeds evenly spaced from 3.5 to 6.5, 96 % of the 1 140 means of 3
+  lie inside: reproduced, though only 60 % of the single seeds do.
 * a number the paper prints for a convex model, recomputed on a network outside that theorem's
   hypotheses: illustration.
 
@@ -162,7 +179,8 @@ LEDGER_PATH = ROOT / "book" / "results" / "ledger.json"
 _KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
-#: The five papers the book reproduces: bibliography key -> how the page names it.
+#: The five papers the book treats (some may have no number recorded, only checks of their
+#: statements): bibliography key -> how the page names it.
 PAPERS = {
     "elkabetz2021continuous": "Elkabetz & Cohen (2021): continuous vs. discrete optimization",
     "cohenkarlik2023learning": "Cohen-Karlik et al. (2023): learning low dimensional state spaces",
@@ -180,6 +198,10 @@ PAPER_STATS = ("exact", "single", "mean", "median", "max", "min", "interval")
 _SUBSET_STATS = ("mean", "median", "max", "min")
 #: The level of the rule: the central 90 % of our distribution of the same statistic.
 LEVEL = 0.90
+#: The fewest runs (seeds) of ours from which rules 3, 4 and 6 reproduce a paper's value (rule 8):
+#: a further run of the same distribution falls outside the range of n runs with probability
+#: 2/(n + 1), at most 1 - LEVEL only from n = 19 on.
+MIN_RUNS = 19
 #: At most this many subsets are enumerated; above it, this many are drawn at random.
 MAX_SUBSETS = 200_000
 #: The seed of the generator that draws the subsets when there are too many to enumerate.
@@ -419,6 +441,8 @@ def _status(entry: dict) -> str:
         if inside.size == 1:  # one run of ours (or one mean of paper_n): rule 5's two outcomes
             return "weak evidence" if low <= inside[0] <= high else "inconclusive"
         agrees = _share_inside(inside, low, high) >= LEVEL
+        if agrees and ours["n"] < MIN_RUNS:
+            return "weak evidence"  # rule 8: too few runs of ours
     elif stat == "exact":
         agrees = abs(ours["value"] - paper) <= tol
         if agrees and _too_wide([paper - tol, paper + tol], paper):
@@ -435,8 +459,8 @@ def _status(entry: dict) -> str:
         other = entry.get("against_band")
         if agrees and other is not None and other[0] <= paper <= other[1]:
             return "inconclusive"
-        if agrees and _too_wide(band, paper):
-            return "weak evidence"
+        if agrees and (_too_wide(band, paper) or ours["n"] < MIN_RUNS):
+            return "weak evidence"  # rule 8: a band too wide, or too few runs of ours
     if agrees:
         return "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
@@ -1070,10 +1094,12 @@ def _share() -> str:
 
 def _percent(share: float) -> str:
     """A share as a percentage: whole percents, one decimal within 10 % of either end (so that
-    4.6 % below the 5th percentile never reads "5 %")."""
+    4.6 % below the 5th percentile never reads "5 %"), two within 0.1 % of either end (so that 1
+    of 4 960 never reads "0.0 %")."""
     from lib.book import typeset
 
-    spec = ".1f" if 0 < share < 0.1 or 0.9 < share < 1 else ".0f"
+    spec = (".2f" if 0 < share < 0.001 or 0.999 < share < 1
+            else ".1f" if 0 < share < 0.1 or 0.9 < share < 1 else ".0f")
     return typeset.number(100 * share, spec) + "\u00a0%"
 
 
@@ -1089,6 +1115,19 @@ def _ours_text(ours: dict) -> str:
         return _number(ours["value"], digits=4)
     spread = f"{_number(ours['median'])} [{_number(ours['q1'])}, {_number(ours['q3'])}]"
     if ours["n"] <= 12:  # few values: all of them, so that a band between them is read as such
+        listed = ", ".join(_number(v) for v in sorted(ours["values"]))
+        return f"{spread} ({ours['n']} values: {listed})"
+    return f"{spread} ({ours['n']} values)"
+
+
+def _check_ours_text(ours: dict) -> str:
+    """Our side of a check: its one value, or, since a check must hold for every value (every
+    seed, step size or width), the smallest and largest with their count (every value listed
+    when there are at most 12), not a median."""
+    if "value" in ours:
+        return _number(ours["value"], digits=4)
+    spread = f"{_number(ours['min'])} to {_number(ours['max'])}"
+    if ours["n"] <= 12:
         listed = ", ".join(_number(v) for v in sorted(ours["values"]))
         return f"{spread} ({ours['n']} values: {listed})"
     return f"{spread} ({ours['n']} values)"
@@ -1158,8 +1197,7 @@ def _compared_text(entry: dict) -> str:
         how = (f"all {entry['subsets']:,}" if entry["enumerated"]
                else f"{entry['subsets']:,} random")
         what = f"the {_STAT_WORDS[stat]}s of {how} {entry['paper_n']}-subsets of our seeds"
-    text = (f"middle {_share()} of {what}: {_number(low)} to {_number(high)}; the paper's value is "
-            f"above {_percent(entry['rank'])} of them")
+    text = f"middle {_share()} of {what}: {_number(low)} to {_number(high)}; " + _rank_text(entry)
     against = entry.get("against")
     if against is not None:
         inside = "inside" if low <= against <= high else "outside"
@@ -1173,6 +1211,34 @@ def _compared_text(entry: dict) -> str:
     if low <= paper <= high and _too_wide(entry["band"], paper):
         text += "; that band also holds half or double the paper's value"
     return text
+
+
+def _below_equal(entry: dict) -> tuple[float, float] | None:
+    """The shares of our statistics (of :func:`_compared`) below the paper's value and equal to
+    it, recomputed from the stored values; None when they do not give the stored ``rank``
+    (= below + equal / 2) back."""
+    values = np.asarray(entry["ours"]["values"], dtype=np.float64)
+    stat, paper = entry["paper_stat"], entry["paper_value"]
+    samples = values if stat == "single" else subset_statistics(values, entry["paper_n"], stat)[0]
+    below, equal = float(np.mean(samples < paper)), float(np.mean(samples == paper))
+    if not math.isclose(below + equal / 2, entry["rank"], rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return below, equal
+
+
+def _rank_text(entry: dict) -> str:
+    """Where the paper's value sits among our statistics: "the paper's value is above 7.2 % of
+    them", or, where some equal it, "0 % of them lie below the paper's value and 14 % equal it"
+    (the stored ``rank`` counts those equal half, so "above" it would overstate)."""
+    shares = _below_equal(entry)
+    if shares is None:
+        return (f"the share of them below the paper's value, those equal to it counted half: "
+                f"{_percent(entry['rank'])}")
+    below, equal = shares
+    if equal == 0:
+        return f"the paper's value is above {_percent(below)} of them"
+    return (f"{_percent(below)} of them lie below the paper's value and {_percent(equal)} "
+            f"equal it")
 
 
 def _cell(text: str | None) -> str:
@@ -1203,8 +1269,13 @@ def rule_markdown() -> str:
         "",
         "- **reproduced**: an exact value agrees with ours within the tolerance shown, which the "
         "chapter states and the row names where it is a reading's: half a unit of the last digit "
-        "the paper prints, a pixel of the plot the value is read from, or half the bracket that "
-        "a printout gives; a paper's single run lies in the middle "
+        "the paper prints, a pixel of the plot the value is read from (for a value the paper "
+        "shows only as a curve, a pixel of the figure that shows it), or half the bracket that "
+        "a printout gives; a rebuild in double precision of a run the authors made in single "
+        "precision is held to a tolerance that also covers the difference of precision, never "
+        "to the last digit of a single-precision printout alone (that would test the rebuild's "
+        "arithmetic, not the paper's number), so such a row compares at the resolution at which "
+        "the paper shows the value; a paper's single run lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles); a paper's statistic of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
@@ -1218,7 +1289,12 @@ def rule_markdown() -> str:
         "The percentiles interpolate between our values, so with few seeds the middle "
         f"{share} reaches nearly from our smallest to our largest value, and a paper's value "
         "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
-        "4): the row shows our values beside the band;",
+        "4): the row shows our values beside the band. For that reason a paper's value is "
+        f"reproduced this way (a run, a statistic or a range) only from at least {MIN_RUNS} runs "
+        f"of ours: a further run falls outside the range of *n* runs with probability "
+        f"2/(*n* + 1), at most {round(100 * (1 - LEVEL))}\u00a0% only from *n* = {MIN_RUNS} on; "
+        "with fewer, an agreement is weak evidence. Where the paper's value sits among ours, the "
+        "row gives the share of ours below it, and the share equal to it where there is one;",
         "- **weak evidence**: only one value of ours stands against a random number of the paper "
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
         "two agree within the tolerance shown, or our one run lies in the paper's range; one run "
@@ -1226,7 +1302,9 @@ def rule_markdown() -> str:
         "entry is inconclusive). Also weak evidence: the paper's number lies in the middle "
         f"{share} of ours, but that band is so wide that it also holds half or double the "
         "paper's number, so our runs cannot tell the paper's value from one twice as small or "
-        "twice as large; likewise an exact value whose tolerance is at least half the paper's "
+        f"twice as large, or the band comes from fewer than {MIN_RUNS} runs of ours (the range "
+        "the paper states holds nine in ten of fewer than "
+        f"{MIN_RUNS} runs); likewise an exact value whose tolerance is at least half the paper's "
         "value (a reading bracketed by printouts 0 and 10 000 as 5 000 ± 5 000). A paper's value "
         "of 0 has no half or double apart from itself, so this test does not apply to it;",
         "- **inconclusive**: the paper's number lies in the middle "
@@ -1572,7 +1650,7 @@ def page_markdown(ledger: dict) -> str:
                              else _number(predicted))
                 item = entry["statement"] + (f"<br>*{entry['note']}*" if entry["note"] else "")
                 lines.append("| " + " | ".join(map(_cell, (
-                    item, predicted, _ours_text(entry["ours"]), f"± {_number(entry['tol'])}",
+                    item, predicted, _check_ours_text(entry["ours"]), f"± {_number(entry['tol'])}",
                     entry["convergence"] or "—", entry["status"])))
                     + f" | {_where(chapter, entry['section'], headings)} |")
             lines.append("")
