@@ -16,13 +16,18 @@ chapter's minute, so the runs are here:
   ``lib.poisoning.greedy_learning.FIGURE3``) with the authors' own random streams on 32 fresh seeds
   (5000–5031), clean: the distribution of their protocol, whose C is |B|'s draw reversed where
   the book's is drawn independently, so that the chapter can place the authors' seeds 4000 and
-  4001 among runs of their own protocol.
+  4001 among runs of their own protocol;
+- ``paper_draw``: the same standalone setting with the paper's own draw of C (App. H.1.1: |N(0,
+  sd_bc²)| draws sorted in descending order, the ties left alone), the book's streams otherwise,
+  on the chapter's 32 seeds, clean and with special sequences: the paper's setting of Figures 3, 8,
+  11 and 12 over many seeds.
 
 About ten minutes of one core in all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -150,6 +155,52 @@ def authors_streams(seed: int) -> dict:
     }}  # fmt: skip
 
 
+def paper_init(setting, seed: int, *, streams: str = "book") -> dict[str, torch.Tensor]:
+    """The paper's initialization (App. H.1.1): the book's draws of a, b and c
+    (:func:`lib.poisoning.greedy_learning.greedy_init`), with c's |N(0, sd_bc²)| draws arranged in
+    descending order as the paper's text does ("we followed the same procedure, without modifying
+    the second ... entries"); a and b as before."""
+    init = _BOOK_INIT(setting, seed, streams=streams)
+    if streams == "book" and not setting.fixed_bc:
+        init["c"] = torch.sort(init["c"], descending=True).values
+    return init
+
+
+_BOOK_INIT = greedy_learning.greedy_init
+
+
+@contextlib.contextmanager
+def _paper_draw():
+    """train_greedy with :func:`paper_init` in place of the book's draw (restored on exit)."""
+    greedy_learning.greedy_init = paper_init
+    try:
+        yield
+    finally:
+        greedy_learning.greedy_init = _BOOK_INIT
+
+
+def paper_draw(seed: int, key: str) -> dict:
+    """One seed of Figure 3's standalone setting with the paper's draw of C, clean or special:
+    escape of the largest |a_j| past 1/2, the second / largest at that record, the step the loss
+    falls below the threshold, the final effective rank and loss (the chapter's cut-off)."""
+    scale = None if key == "clean" else 1.0
+    with _paper_draw():
+        runs = greedy_learning.train_greedy(greedy_learning.FIGURE3, [seed],
+                                            special_scales=(scale,), max_steps=MAX_STEPS)
+    escape = runs.escape_iteration(0)
+    ratio = None
+    if escape is not None:
+        top = runs.magnitudes(0)[int(np.searchsorted(runs.trajectory.times, escape))]
+        ratio = float(top[1] / top[0])
+    return {("paper_draw", key, SEEDS.index(seed)): {
+        "seed": seed, "escape": escape, "ratio": ratio,
+        "fit_step": runs.trajectory.info["converged_step"][0],
+        "erank": float(runs.effective_ranks(0)[-1]),
+        "final_loss": float(runs.trajectory.losses[-1, 0]),
+        "steps_run": int(runs.trajectory.info["steps_run"][0]),
+    }}  # fmt: skip
+
+
 def tasks() -> list:
     """One task per (seed, clean or special) and per authors' run; costs in seconds of one core
     (a clean run that stalls takes all 200 000 compiled steps; the torch engine is slower)."""
@@ -164,6 +215,9 @@ def tasks() -> list:
     out += [Task(f"authors streams clean seed={seed}", authors_streams, {"seed": seed}, 1.0,
                  (("authors_streams", "clean", AUTHORS_STREAM_SEEDS.index(seed)),))
             for seed in AUTHORS_STREAM_SEEDS]
+    out += [Task(f"paper draw {key} seed={seed}", paper_draw, {"seed": seed, "key": key}, 1.0,
+                 (("paper_draw", key, SEEDS.index(seed)),))
+            for key in ("clean", "special") for seed in SEEDS]
     return out
 
 
@@ -173,4 +227,4 @@ def finish(results: dict) -> dict:
                                                                       "special": 5_000}}
     return {"results": results, "settings": settings,
             "seeds": {"ours": SEEDS, "authors": AUTHORS,
-                      "authors_streams": AUTHORS_STREAM_SEEDS}}  # fmt: skip
+                      "authors_streams": AUTHORS_STREAM_SEEDS, "paper_draw": SEEDS}}  # fmt: skip

@@ -1,0 +1,41 @@
+"""The paper's draw of C in benchmarks/reproduce_greedy_learning.py (App. H.1.1: sorted |N|)."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import reproduce_greedy_learning as rg  # noqa: E402
+
+from lib.poisoning import greedy_learning as gl  # noqa: E402
+
+
+def test_paper_init_sorts_c_and_keeps_a_and_b():
+    book = gl.greedy_init(gl.FIGURE3, 3)
+    paper = rg.paper_init(gl.FIGURE3, 3)
+    assert torch.equal(paper["a"], book["a"]) and torch.equal(paper["b"], book["b"])
+    assert torch.equal(paper["c"], torch.sort(book["c"], descending=True).values)
+    assert not torch.equal(paper["c"], book["c"])  # the book's c is unsorted for this seed
+    fixed = rg.paper_init(gl.FIGURE4_SHORT, 3)  # B = C = 1 fixed: nothing to sort
+    assert torch.equal(fixed["c"], torch.ones(gl.FIGURE4_SHORT.d, dtype=torch.float64))
+
+
+def test_paper_draw_context_restores_the_book_draw():
+    with rg._paper_draw():
+        assert gl.greedy_init is rg.paper_init
+    assert gl.greedy_init is rg._BOOK_INIT
+    try:
+        with rg._paper_draw():
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    assert gl.greedy_init is rg._BOOK_INIT
+
+
+def test_paper_draw_task_writes_its_declared_path():
+    task = next(t for t in rg.tasks() if t.key == "paper draw special seed=0")
+    out = task.fn(**task.kwargs)
+    assert set(out) == set(task.writes)
+    row = out[task.writes[0]]
+    assert row["fit_step"] is not None and row["escape"] is not None and row["erank"] > 1
