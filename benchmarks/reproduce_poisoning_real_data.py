@@ -907,7 +907,7 @@ PENALIZED_EPS_GRAY = 4.0
 PENALIZED_LAMBDAS = (PAPER_REG_FACTOR, REG_FACTOR, 0.0)
 PENALIZED_ARMS = ("lambda 1", "lambda 0.01", "unregularized", "random lambda 1",
                   "random unregularized")
-PENALIZED_RUNS = (("MLP", 16), ("MLP", 64))
+PENALIZED_RUNS = (("MLP", 16), ("MLP", 64), ("S4D", 16))
 
 
 def penalized_task(*, kind: str, targets_n: int, seeds: list[int], attack_seed: int = 1,
