@@ -938,3 +938,34 @@ def test_the_rule_text_states_the_floor_and_the_precision_of_a_rebuild():
     assert "2/(*n* + 1)" in text
     assert "difference of precision" in text and "single-precision printout" in text
     assert "share equal to it" in text
+
+
+def test_a_statistic_on_a_grid_is_banded_by_values_a_run_can_give(chapter):
+    """Thresholds among the lengths 2..10 of 32 teachers, 2 of them at 10: numpy's linear 95th
+    percentile, 8.9, lies between grid points no run can give; with grid=True the band is of
+    order statistics, [2, 10], which holds the paper's 10 and, here, the null 2 as well."""
+    thresholds = [2.0] * 20 + [4.0] * 6 + [8.0] * 4 + [10.0] * 2
+    linear = _rec("linear", 10.0, thresholds, "single", against=2.0)
+    assert linear == "not reproduced"  # 10 above the interpolated 8.9
+    on_grid = _rec("grid", 10.0, thresholds, "single", against=2.0, grid=True)
+    entries = _entries(chapter)
+    assert entries["linear"]["band"] == pytest.approx([2.0, 8.9])
+    assert entries["grid"]["band"] == [2.0, 10.0] and entries["grid"]["grid"] is True
+    assert on_grid == "inconclusive"  # the null 2 lies in the band too (rule 7)
+    assert "grid" not in entries["linear"]
+    # the stored band is checked against the grid rule, not the linear one
+    data = {"some-chapter": entries}
+    assert ledger.rule_problems(data) == []
+    data["some-chapter"]["grid"]["band"] = [2.0, 8.9]
+    assert any("is not the central 90 %" in line for line in ledger.rule_problems(data))
+
+
+@pytest.mark.parametrize("extra", [{"paper_stat": "exact", "tol": 0.5, "ours": 3.0},
+                                   {"paper_stat": "single", "tol": 0.5, "ours": 3.0},
+                                   {"paper_stat": "single", "ours": [1.0, 2.0], "grid": "yes"}])
+def test_grid_only_on_a_band_and_only_as_a_flag(chapter, extra):
+    arguments = {"grid": True, **extra}
+    ours = arguments.pop("ours")
+    with pytest.raises(ValueError, match="grid"):
+        ledger.record("k", paper=PAPER, item="x", paper_value=3.0, ours=ours, section="s",
+                      **arguments)

@@ -33,7 +33,10 @@ The rule
 --------
 
 The level is :data:`LEVEL`, the central 90 % of **our distribution of the same statistic**
-(its 5th to 95th percentile, numpy's linear interpolation):
+(its 5th to 95th percentile, numpy's linear interpolation; for a statistic that can take only
+the values of a grid, such as a threshold among the lengths tried, the order statistics of those
+values, numpy's ``inverted_cdf``, so that the band holds only values a run can give:
+``record(..., grid=True)``):
 
 1. ``in_hypotheses=False`` (our run lies outside the hypotheses of the statement the paper's number
    illustrates, or is not the paper's setting: an analogue on other data or another model, which
@@ -383,10 +386,16 @@ def subset_statistics(values, k: int, stat: str, *, max_subsets: int = MAX_SUBSE
     return _statistic(values[rows], stat), False
 
 
-def _band(samples: np.ndarray) -> list[float]:
-    """The central :data:`LEVEL` of ``samples``: its 5th and 95th percentiles."""
+def _band(samples: np.ndarray, grid: bool = False) -> list[float]:
+    """The central :data:`LEVEL` of ``samples``: its 5th and 95th percentiles.
+
+    Interpolated between our values (numpy's linear rule), except for a statistic on a grid
+    (``grid``: a threshold among the lengths tried), whose band is of values it can take: the
+    order statistics of the inverted empirical distribution function (numpy's ``inverted_cdf``).
+    """
     tail = 100 * (1 - LEVEL) / 2
-    low, high = np.percentile(samples, [tail, 100 - tail])
+    method = "inverted_cdf" if grid else "linear"
+    low, high = np.percentile(samples, [tail, 100 - tail], method=method)
     return [float(low), float(high)]
 
 
@@ -395,7 +404,8 @@ def _rank(samples: np.ndarray, x: float) -> float:
     return float((np.sum(samples < x) + 0.5 * np.sum(samples == x)) / samples.size)
 
 
-def _compared(paper_stat: str, paper_n: int | None, paper_value, values) -> dict:
+def _compared(paper_stat: str, paper_n: int | None, paper_value, values,
+              grid: bool = False) -> dict:
     """The distribution of ours that the paper's value is placed in (rule 3, 4 or 6)."""
     if not isinstance(values, np.ndarray):
         return {}
@@ -407,10 +417,10 @@ def _compared(paper_stat: str, paper_n: int | None, paper_value, values) -> dict
     else:  # interval
         if paper_n is not None and 2 <= paper_n < values.size:
             samples, enumerated = subset_statistics(values, paper_n, "mean")
-            return {"band": _band(samples), "subsets": int(samples.size),
+            return {"band": _band(samples, grid), "subsets": int(samples.size),
                     "enumerated": enumerated}
-        return {"band": _band(values)}
-    return {"band": _band(samples), "rank": _rank(samples, paper_value), "subsets": subsets,
+        return {"band": _band(values, grid)}
+    return {"band": _band(samples, grid), "rank": _rank(samples, paper_value), "subsets": subsets,
             "enumerated": enumerated}
 
 
@@ -562,6 +572,7 @@ def record(
     note: str | None = None,
     against=None,
     closed_form: bool = False,
+    grid: bool = False,
 ) -> str:
     """Record one number of a paper that the chapter compares with its runs; return its status.
 
@@ -584,7 +595,11 @@ def record(
     of the paper's runs (rule 7); ``closed_form``: True when the paper's value (an ``"exact"`` one)
     is arithmetic or a closed form of the paper's setting (a minimum-norm solution, the speed of a
     given direction) rather than the outcome of a run: it changes no status, but is stored and
-    counted apart from reproduced outcomes of runs (:func:`tally`, the *Reproductions* page).
+    counted apart from reproduced outcomes of runs (:func:`tally`, the *Reproductions* page);
+    ``grid``: True when our statistic can take only the values of a grid (a threshold among the
+    lengths tried, a count): its band is then of values it can take, the order statistics at the
+    5th and 95th percentiles (numpy's ``inverted_cdf``), not interpolations between grid points
+    that no run can give.
 
     The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
     ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
@@ -597,6 +612,7 @@ def record(
         raise ValueError(f"paper_stat must be one of {PAPER_STATS}, got {paper_stat!r:.60}")
     in_hypotheses = _flag(in_hypotheses, "in_hypotheses")
     closed_form = _flag(closed_form, "closed_form")
+    grid = _flag(grid, "grid")
     if closed_form and paper_stat != "exact":
         raise ValueError(
             f"closed_form marks arithmetic of the paper's setting, a deterministic value: it needs "
@@ -702,13 +718,18 @@ def record(
     }
     if closed_form:
         entry["closed_form"] = True
+    if grid:
+        if paper_stat == "exact" or one_to_one:
+            raise ValueError("grid applies to a spread of ours placed in a band, not to one value")
+        entry["grid"] = True
     if against is not None:
         entry["against"] = against
     if against_runs is not None:
         entry["against_runs"] = _summarize(against_runs)
-        entry["against_band"] = _compared(paper_stat, paper_n, paper_value, against_runs)["band"]
+        entry["against_band"] = _compared(paper_stat, paper_n, paper_value, against_runs,
+                                          grid)["band"]
     if paper_stat != "exact" and not one_to_one:
-        entry.update(_compared(paper_stat, paper_n, paper_value, values))
+        entry.update(_compared(paper_stat, paper_n, paper_value, values, grid))
     entry["status"] = _status(entry)
     _entries[key] = entry
     _write(_chapter, _entries)
@@ -877,6 +898,8 @@ def _check_entry(entry: object, where: str) -> None:
     if kind == "paper" and "closed_form" in entry and (
             entry["closed_form"] is not True or entry["paper_stat"] != "exact"):
         raise ValueError(f"{where}: closed_form is stored only as true, on an exact entry")
+    if kind == "paper" and "grid" in entry and (entry["grid"] is not True or "band" not in entry):
+        raise ValueError(f"{where}: grid is stored only as true, on an entry with a band")
     if kind == "paper" and entry["paper_stat"] not in PAPER_STATS:
         raise ValueError(f"{where} has the unknown paper_stat {entry['paper_stat']!r:.40}")
     ours = entry["ours"]
@@ -981,7 +1004,7 @@ def rule_problems(ledger: dict) -> list[str]:
                 if "band" in entry:
                     values = np.asarray(entry["ours"]["values"], dtype=np.float64)
                     again = _compared(entry["paper_stat"], entry["paper_n"],
-                                      entry["paper_value"], values)
+                                      entry["paper_value"], values, entry.get("grid", False))
                     if _numbers_differ(again["band"], entry["band"]):
                         problems.append(
                             f"{chapter}: entry {key!r}: its band {entry['band']} is not the "
@@ -991,7 +1014,7 @@ def rule_problems(ledger: dict) -> list[str]:
                 if "against_runs" in entry:
                     other = np.asarray(entry["against_runs"]["values"], dtype=np.float64)
                     band = _compared(entry["paper_stat"], entry["paper_n"],
-                                     entry["paper_value"], other)["band"]
+                                     entry["paper_value"], other, entry.get("grid", False))["band"]
                     if _numbers_differ(band, entry["against_band"]):
                         problems.append(
                             f"{chapter}: entry {key!r}: its other arm's band "
@@ -1286,7 +1309,10 @@ def rule_markdown() -> str:
         "(for a range the paper gives for the mean of *k* of its runs, nine in ten of our means "
         "of *k* seeds); a range is not tested for whether it is informative (a one-sided bound "
         "is met by any runs on its side), so its row shows the range beside our values. "
-        "The percentiles interpolate between our values, so with few seeds the middle "
+        "The percentiles interpolate between our values (for a statistic that can take only "
+        "the values of a grid, a threshold among the lengths tried, they are instead the values "
+        "of ours at those ranks, so that the band holds only values a run can give); "
+        "with few seeds the middle "
         f"{share} reaches nearly from our smallest to our largest value, and a paper's value "
         "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
         "4): the row shows our values beside the band. For that reason a paper's value is "
