@@ -73,3 +73,22 @@ def test_the_proof_domain_merges_nothing_without_raising():
     assert "merge_domaindata" in vars(ProofDomain)
     domain = ProofDomain.__new__(ProofDomain)  # the merge reads no state of the instance
     assert domain.merge_domaindata({"book/intro"}, {"version": 0}) is None
+
+
+def test_notebooks_wait_for_every_output_and_fail_loudly(monkeypatch):
+    """jupyter-cache's call of nbclient gets a long IOPub wait that raises on timeout."""
+    import jupyter_cache.executors.utils as executors
+
+    seen = {}
+
+    def fake_execute(nb, *args, **kwargs):
+        seen.update(kwargs)
+        return nb
+
+    monkeypatch.setattr(executors, "executenb", fake_execute)
+    book_parallel.wait_for_every_output()
+    book_parallel.wait_for_every_output()  # a second setup wraps nothing twice
+    assert executors.executenb("nb", cwd=".", timeout=300) == "nb"
+    assert seen == {"cwd": ".", "timeout": 300, "iopub_timeout": book_parallel.IOPUB_TIMEOUT,
+                    "raise_on_iopub_timeout": True}
+    assert executors.executenb.waits_for_every_output

@@ -30,6 +30,13 @@ right merge does nothing, and this module gives the domain that method where it 
 label used twice in two chapters read by different processes is then not reported by
 sphinx_proof's directive, which looks only at the statements its own process has read; the book's
 labels are unique, and Sphinx's own duplicate-label check still runs on the merged environment.)
+
+Two chapters executing at once on two cores (with CI's other tests beside them) load the machine
+more than one did. nbclient, which runs each notebook, waits only 4 s after a cell's reply for the
+rest of its output and then drops it silently (``iopub_timeout``, ``raise_on_iopub_timeout=False``
+by default): on a loaded machine the last ``glue`` outputs of a cell were lost that way, and the
+page then failed with "No key ... found in glue data". The executions here wait up to
+:data:`IOPUB_TIMEOUT` seconds and fail loudly, naming the cell, if output is still missing.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from sphinx.application import Sphinx
 
 # the extensions audited above, and only those
 AUDITED = ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex")
+# seconds a cell's output may trail its reply (nbclient's default: 4, then dropped silently)
+IOPUB_TIMEOUT = 120
 
 
 def declare_audited(app: Sphinx) -> None:
@@ -62,8 +71,27 @@ def give_proof_domain_a_merge() -> None:
         ProofDomain.merge_domaindata = merge_nothing
 
 
+def wait_for_every_output() -> None:
+    """The notebooks that MyST-NB executes (through jupyter-cache's call of nbclient) wait up to
+    :data:`IOPUB_TIMEOUT` s for a cell's output, and raise rather than drop it."""
+    import jupyter_cache.executors.utils as executors
+
+    execute = executors.executenb
+    if getattr(execute, "waits_for_every_output", False):
+        return
+
+    def executenb(nb, *args, **kwargs):
+        kwargs.setdefault("iopub_timeout", IOPUB_TIMEOUT)
+        kwargs.setdefault("raise_on_iopub_timeout", True)
+        return execute(nb, *args, **kwargs)
+
+    executenb.waits_for_every_output = True
+    executors.executenb = executenb
+
+
 def setup(app: Sphinx) -> dict:
     give_proof_domain_a_merge()
+    wait_for_every_output()
     # at builder-inited every extension of the configuration is loaded, and reading has not begun
     app.connect("builder-inited", declare_audited)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
