@@ -20,7 +20,10 @@ chapter's minute, so the runs are here:
 - ``paper_draw``: the same standalone setting with the paper's own draw of C (App. H.1.1: |N(0,
   sd_bc²)| draws sorted in descending order, the ties left alone), the book's streams otherwise,
   on the chapter's 32 seeds, clean and with special sequences: the paper's setting of Figures 3, 8,
-  11 and 12 over many seeds.
+  11 and 12 over many seeds;
+- ``precision``: each of the authors' standalone seeds of Figures 3-6, rebuilt, rerun from its
+  start multiplied entrywise by 1 ± 6e-8 (float32's unit roundoff, random signs) five times beside
+  the unperturbed run: the spread of the final effective rank that rounding the start alone causes.
 
 About ten minutes of one core in all.
 """
@@ -201,6 +204,48 @@ def paper_draw(seed: int, key: str) -> dict:
     }}  # fmt: skip
 
 
+PRECISION_STARTS = 6  # the unperturbed start and five perturbed ones
+UNIT_ROUNDOFF_F32 = 2.0**-24  # float32's unit roundoff, about 6e-8
+
+
+def _perturbed_init(k: int):
+    """The authors' rebuilt start, each entry times 1 ± u (u = float32's unit roundoff, signs from
+    ``numpy.random.default_rng(k)``); k = 0 leaves it unperturbed."""
+    rng = np.random.default_rng(k)
+
+    def init(setting, seed: int, *, streams: str = "book") -> dict[str, torch.Tensor]:
+        start = _BOOK_INIT(setting, seed, streams=streams)
+        if k == 0:
+            return start
+        return {name: value * (1 + UNIT_ROUNDOFF_F32 * torch.from_numpy(
+                    rng.choice([-1.0, 1.0], tuple(value.shape))))
+                for name, value in start.items()}  # fmt: skip
+
+    return init
+
+
+def precision(figure: str, key: str) -> dict:
+    """Final effective rank of the authors' seed of ``figure`` (rebuilt, their streams), clean or
+    special, from PRECISION_STARTS starts: unperturbed, then perturbed at float32's roundoff."""
+    setting, seed = greedy_learning.AUTHORS_SEEDS[figure]
+    scale = None if key == "clean" else 1.0
+    eranks = []
+    for k in range(PRECISION_STARTS):
+        greedy_learning.greedy_init = _perturbed_init(k)
+        try:
+            runs = greedy_learning.train_greedy(setting, [seed], special_scales=(scale,),
+                                                streams="authors", max_steps=400_000)
+        finally:
+            greedy_learning.greedy_init = _BOOK_INIT
+        eranks.append(float(runs.effective_ranks(0)[-1]))
+    return {("precision", figure, key): {"seed": seed, "eranks": eranks,
+                                         "spread": max(eranks) - min(eranks)}}
+
+
+PRECISION_FIGURES = [name for name in greedy_learning.AUTHORS_SEEDS
+                     if name not in ("Figure 2", "Figure 7")]
+
+
 def tasks() -> list:
     """One task per (seed, clean or special) and per authors' run; costs in seconds of one core
     (a clean run that stalls takes all 200 000 compiled steps; the torch engine is slower)."""
@@ -218,6 +263,9 @@ def tasks() -> list:
     out += [Task(f"paper draw {key} seed={seed}", paper_draw, {"seed": seed, "key": key}, 1.0,
                  (("paper_draw", key, SEEDS.index(seed)),))
             for key in ("clean", "special") for seed in SEEDS]
+    out += [Task(f"precision {figure} {key}", precision, {"figure": figure, "key": key}, 10.0,
+                 (("precision", figure, key),))
+            for figure in PRECISION_FIGURES for key in ("clean", "special")]
     return out
 
 
@@ -227,4 +275,6 @@ def finish(results: dict) -> dict:
                                                                       "special": 5_000}}
     return {"results": results, "settings": settings,
             "seeds": {"ours": SEEDS, "authors": AUTHORS,
-                      "authors_streams": AUTHORS_STREAM_SEEDS, "paper_draw": SEEDS}}  # fmt: skip
+                      "authors_streams": AUTHORS_STREAM_SEEDS, "paper_draw": SEEDS,
+                      "precision": {figure: greedy_learning.AUTHORS_SEEDS[figure][1]
+                                    for figure in PRECISION_FIGURES}}}  # fmt: skip
