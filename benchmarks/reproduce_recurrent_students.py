@@ -30,6 +30,11 @@ three tenths of the widths with teachers that learn a target of order 3 as a fil
 trained to early stopping, and the forgetting predictor as the bar; two tasks of five seeds, run
 side by side, about half an hour of wall time on two shared cores.
 
+``python benchmarks/reproduce_recurrent_students.py --linear OUT_DIR`` writes
+``recurrent-students-linear.json``: the paper's own contrast as a control of the threshold test,
+linear students on the same teachers, lengths, seeds and criterion (``LINEAR``), a few minutes of
+one core.
+
 Every run of one setting (ten seeds × all lengths) is one batch of GRUs
 (:mod:`lib.ssm.gru_students`): the runs read sequences of the longest length and each learns its
 teacher's output at its own step k_g (which depends on the first k_g inputs only).
@@ -381,10 +386,234 @@ def threshold(out_dir: Path) -> Path:
     return path
 
 
+#: The linear control of the threshold test (the chapter's rs-linear): the paper contrasts its GRU
+#: threshold ("around four times" the teacher's width) with the linear RNNs' ("around two
+#: times", §5.3). Linear students s_t = A s_{t−1} + B x_t, y_t = C·s_t of the same width 30, on
+#: the SAME teachers (``THRESHOLD``'s, rebuilt from the same seeds), training sequences, labels,
+#: lengths, budget, early stopping and criterion R < 1/2; A is a general (non-symmetric) matrix
+#: and A, B, C start from Gaussian entries of standard deviation 10⁻⁵ (the scale of the paper's
+#: App. B.1.1 for a general linear student), trained by Adam (learning rate 10⁻³, as the GRUs).
+#: The prediction, fixed before the run: the teachers implement a linear filter of order 3 (up to
+#: their committed fit), so Theorem 5's k > 2·3 suggests linear students pass from 3 widths
+#: (k = 9) on; at 2 widths (k = 6 = 2·3) the theorem guarantees nothing.
+LINEAR = {"init_std": 1e-5, "seeds": list(range(10))}
+
+
+def linear_impulse(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, steps: int) -> torch.Tensor:
+    """h_j = C A^j B for j < ``steps`` of R linear RNNs: a (R, H, H), b and c (R, H) ->
+    (R, steps); the output of s_t = A s_{t−1} + B x_t, y_t = C·s_t from s_{−1} = 0 is
+    y_t = Σ_{j≤t} h_j x_{t−j}."""
+    state, out = b, []
+    for _ in range(steps):
+        out.append((c * state).sum(-1))
+        state = torch.bmm(a, state.unsqueeze(-1)).squeeze(-1)
+    return torch.stack(out, -1)
+
+
+def linear_outputs(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """y_t = Σ_{j≤t} h_j x_{t−j} for every t: h (R, ≥T), x (R, N, T) -> (R, N, T)."""
+    length = x.shape[-1]
+    rows = [(x[:, :, : t + 1].flip(-1) * h[:, None, : t + 1]).sum(-1) for t in range(length)]
+    return torch.stack(rows, -1)
+
+
+def linear_control_run() -> dict:
+    """Linear students on the threshold test's teachers (``LINEAR``; ``THRESHOLD`` and COMMON
+    otherwise), every seed and width in one batch: per width × seed the student's error (in the
+    order of ``gs.gru_tail_errors``), the window-only predictor's, the steps and best step; per
+    seed the teacher's impulse response (the same teachers as the threshold test's)."""
+    s = {**COMMON, **THRESHOLD}
+    seeds = LINEAR["seeds"]
+    ks = [m * s["teacher_width"] for m in s["widths"]]
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    teacher_sets = [gs.train_gru_teachers(s["teacher_width"], threshold_target(s["length"]), g,
+                                          init_scale=s["teacher_init"], steps=s["teacher_steps"],
+                                          lr=s["teacher_lr"], dtype=s["dtype"],
+                                          fit=s["teacher_fit"], n_fit=s["teacher_fit_sequences"])
+                    for g in s["seed_groups"]]  # as threshold_run builds them, group by group
+    group_of = {seed: (g, i) for g, group in enumerate(s["seed_groups"])
+                for i, seed in enumerate(group)}
+    pairs = [(k, seed) for k in ks for seed in seeds]
+    matched = [gs.select(teacher_sets[group_of[seed][0]], [group_of[seed][1]]) for _, seed in pairs]
+    runs, width, longest = len(pairs), s["student_width"], max(ks)
+    pair_ks = [k for k, _ in pairs]
+
+    def sequences(count: int, offset: int) -> torch.Tensor:  # as gs.train_gru_students draws them
+        return torch.stack([torch.randn(count, longest, dtype=torch.float64,
+                                        generator=torch.Generator().manual_seed(offset + seed))
+                            for _, seed in pairs]).float()
+
+    train, held = sequences(s["n_train"], 10**6), sequences(s["n_val"], 2 * 10**6)
+    last = torch.tensor(pair_ks)[:, None] - 1
+    with torch.no_grad():
+        def teacher_at_k(x: torch.Tensor) -> torch.Tensor:
+            y = torch.cat([m.outputs(x[r : r + 1]) for r, m in enumerate(matched)])
+            return y.gather(2, last[:, :, None].expand(-1, x.shape[1], 1))[..., 0]
+        labels, held_labels = teacher_at_k(train), teacher_at_k(held)
+    # the inputs each run's output at step k − 1 reads, newest first: x_{k−1−j} for j < k (0 after)
+    lags = (last - torch.arange(longest)[None, :])  # (R, longest)
+    valid = (lags >= 0).float()[:, None, :]
+
+    def windows(x: torch.Tensor) -> torch.Tensor:
+        index = lags.clamp(min=0)[:, None, :].expand(-1, x.shape[1], -1)
+        return x.gather(2, index) * valid
+
+    train_w, held_w = windows(train), windows(held)
+    def fit(labels: torch.Tensor, held_labels: torch.Tensor) -> tuple:
+        """Adam on the last-output loss from the 10⁻⁵ Gaussian start, early stopping as
+        gs.train_gru_students: the best (A, B, C), best held-out loss, best step, last step."""
+        params = []
+        for _, seed in pairs:
+            g = torch.Generator().manual_seed(4 * 10**6 + seed)
+            params.append([torch.randn(shape, generator=g, dtype=torch.float64)
+                           * LINEAR["init_std"] for shape in ((width, width), (width,), (width,))])
+        a, b, c = (torch.stack([p[i] for p in params]).float().requires_grad_() for i in range(3))
+        optimizer = torch.optim.Adam([a, b, c], lr=s["lr"])
+        best = [t.detach().clone() for t in (a, b, c)]
+        best_loss = torch.full((runs,), math.inf, dtype=torch.float64)
+        best_step = np.zeros(runs, dtype=np.int64)
+        stopped = np.full(runs, -1, dtype=np.int64)
+        generators = [torch.Generator().manual_seed(3 * 10**6 + seed) for _, seed in pairs]
+        orders = [torch.randperm(s["n_train"], generator=g) for g in generators]
+        position, index = 0, torch.arange(runs)[:, None]
+        for step in range(s["max_steps"] + 1):
+            if step % s["check_every"] == 0:
+                with torch.no_grad():
+                    h = linear_impulse(a, b, c, longest)
+                    held_loss = (((held_w * h[:, None, :]).sum(-1) - held_labels) ** 2).mean(1)
+                held_loss = held_loss.double()
+                improved = (held_loss < best_loss).numpy() & (stopped < 0)
+                for run in np.flatnonzero(improved):
+                    for mine, kept in zip((a, b, c), best, strict=True):
+                        kept[run] = mine.detach()[run]
+                    best_loss[run], best_step[run] = held_loss[run], step
+                late = (step - best_step >= s["patience"]) & (stopped < 0)
+                stopped[late] = step
+                if (stopped >= 0).all() or step == s["max_steps"]:
+                    break
+            if position + s["batch"] > s["n_train"]:
+                orders = [torch.randperm(s["n_train"], generator=g) for g in generators]
+                position = 0
+            rows = torch.stack([o[position : position + s["batch"]] for o in orders])
+            position += s["batch"]
+            optimizer.zero_grad()
+            h = linear_impulse(a, b, c, longest)
+            outputs = (train_w[index, rows] * h[:, None, :]).sum(-1)
+            ((outputs - labels[index, rows]) ** 2).mean(1).sum().backward()
+            optimizer.step()
+        stopped[stopped < 0] = step
+        return best, best_loss, best_step, stopped
+
+    best, best_loss, best_step, stopped = fit(labels, held_labels)
+    # errors on the evaluation sequences of gs.gru_tail_errors (seed 12345, n_eval, length)
+    x = torch.randn(s["n_eval"], s["length"], dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(12345)).float()
+    with torch.no_grad():
+        h = linear_impulse(*best, s["length"]).double()
+        y_student = linear_outputs(h, x.double().expand(runs, -1, -1))
+        y_teacher = torch.cat([m.outputs(x[None]) for m in matched]).double()
+    gaps = (y_student - y_teacher).abs().mean(1)
+    errors = np.array([gaps[r, k:].max().item() for r, k in enumerate(pair_ks)])
+    # the target filter itself as a predictor of the teacher (same order of operations): a linear
+    # student that learned the target exactly would have this error
+    target = threshold_target(s["length"]).expand(runs, -1)
+    filtered = linear_outputs(target, x.double().expand(runs, -1, -1))
+    filter_gaps = (filtered - y_teacher).abs().mean(1)
+    filter_errors = np.array([filter_gaps[r, k:].max().item() for r, k in enumerate(pair_ks)])
+    window = np.concatenate([gs.gru_window_only_errors(m, [k], length=s["length"], n=s["n_eval"])
+                             for m, k in zip(matched, pair_ks, strict=True)])
+    with torch.no_grad():
+        impulse = torch.zeros(1, 1, s["length"])
+        impulse[0, 0, 0] = 1.0
+        teacher_impulse = [teacher_sets[group_of[seed][0]].outputs(
+            impulse.expand(teacher_sets[0].runs, 1, -1))[group_of[seed][1], 0].double().numpy()
+            for seed in seeds]
+    shape = (len(ks), len(seeds))
+    # The second arm: a LINEAR teacher whose impulse response is the target itself (order 3), the
+    # same linear students, sequences, lengths and criterion; its forgetting predictor keeps the
+    # target's first k entries (the teacher on the last k inputs), computed on the same sequences.
+    target_k = threshold_target(s["length"]).float()
+    lin_labels = (train_w * target_k[None, None, :longest]).sum(-1)
+    lin_held = (held_w * target_k[None, None, :longest]).sum(-1)
+    lin_best, lin_loss, lin_best_step, lin_stopped = fit(lin_labels, lin_held)
+    with torch.no_grad():
+        h_lin = linear_impulse(*lin_best, s["length"]).double()
+        xs = x.double().expand(runs, -1, -1)
+        y_lin_teacher = linear_outputs(threshold_target(s["length"]).expand(runs, -1), xs)
+        lin_gaps = (linear_outputs(h_lin, xs) - y_lin_teacher).abs().mean(1)
+        tails = threshold_target(s["length"]).expand(runs, -1).clone()
+        for r, k in enumerate(pair_ks):
+            tails[r, :k] = 0.0  # what the forgetting predictor misses: the entries j >= k
+        tail_gaps = linear_outputs(tails, xs).abs().mean(1)
+    linear_teacher = {
+        "errors": np.array([lin_gaps[r, k:].max().item()
+                            for r, k in enumerate(pair_ks)]).reshape(shape),
+        "window_only": np.array([tail_gaps[r, k:].max().item()
+                                 for r, k in enumerate(pair_ks)]).reshape(shape),
+        "steps": lin_stopped.reshape(shape), "best_steps": lin_best_step.reshape(shape),
+        "held_out_loss": lin_loss.numpy().reshape(shape),
+        "student_impulse": h_lin.numpy().reshape(*shape, -1)}
+    return {"errors": errors.reshape(shape), "window_only": window.reshape(shape),
+            "linear_teacher": linear_teacher,
+            "target_filter_errors": filter_errors.reshape(shape),
+            "steps": stopped.reshape(shape), "best_steps": best_step.reshape(shape),
+            "held_out_loss": best_loss.numpy().reshape(shape),
+            "student_impulse": h.numpy().reshape(*shape, -1),
+            "teacher_impulse": np.array(teacher_impulse),
+            "seconds": time.perf_counter() - start}
+
+
+def linear_task() -> dict:
+    out = linear_control_run()
+    out.pop("seconds")  # wall time varies: kept out of the digest, stored beside it by linear()
+    return {("linear",): out}
+
+
+def linear_tasks() -> list:
+    """The linear control: one batch of every seed and width."""
+    from tasks import Task
+
+    return [Task("linear", linear_task, {}, 600.0, (("linear",),))]
+
+
+def linear_finish(results: dict) -> dict:
+    return {"results": results}
+
+
+def linear(out_dir: Path) -> Path:
+    """Runs the linear control and writes recurrent-students-linear.json into ``out_dir``."""
+    from lib.book.results import _plain
+
+    start = time.perf_counter()
+    cpu = time.process_time()
+    result = linear_task()[("linear",)]
+    record = {
+        "chapter": "recurrent-students-linear",
+        "command": "python benchmarks/reproduce_recurrent_students.py --linear OUT_DIR",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu,
+        "environment": {**environment(), "device": "cpu"},
+        "settings": {"linear": LINEAR, "threshold": THRESHOLD, "common": COMMON, "device": "cpu",
+                     "array axes": "training length (widths), seed (impulse responses: then step)"},
+        "seeds": LINEAR["seeds"],
+        "results": {"linear": result},
+    }
+    import reproduce
+
+    plain = json.loads(json.dumps(_plain(record["results"])))
+    record["tasks"] = reproduce.task_records(linear_tasks(), plain)
+    path = Path(out_dir) / "recurrent-students-linear.json"
+    path.write_text(json.dumps(_plain(record), indent=1) + "\n")
+    return path
+
+
 FILES = {"recurrent-students": (tasks, finish),
          "recurrent-students-paper-scale": (paper_scale_tasks, paper_scale_finish),
          "recurrent-students-probe": (probe_tasks, probe_finish),
-         "recurrent-students-threshold": (threshold_tasks, threshold_finish)}
+         "recurrent-students-threshold": (threshold_tasks, threshold_finish),
+         "recurrent-students-linear": (linear_tasks, linear_finish)}
 """The committed files this module writes: file name -> (tasks, finish)."""
 
 
@@ -423,6 +652,9 @@ if __name__ == "__main__":
     elif len(sys.argv) == 3 and sys.argv[1] == "--threshold":
         torch.set_num_threads(1)
         print(threshold(Path(sys.argv[2])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--linear":
+        torch.set_num_threads(1)
+        print(linear(Path(sys.argv[2])))
     elif len(sys.argv) == 3 and sys.argv[1] == "--probe":
         torch.set_num_threads(1)
         print(probe(Path(sys.argv[2])))
