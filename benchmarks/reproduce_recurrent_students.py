@@ -386,10 +386,11 @@ def threshold(out_dir: Path) -> Path:
     return path
 
 
-#: The linear control of the threshold test (the chapter's rs-linear): the paper contrasts its GRU
-#: threshold ("around four times" the teacher's width) with the linear RNNs' ("around two
+#: The linear control of the threshold test (the chapter's rs-threshold): the paper contrasts its
+#: GRU threshold ("around four times" the teacher's width) with the linear RNNs' ("around two
 #: times", §5.3). Linear students s_t = A s_{t−1} + B x_t, y_t = C·s_t of the same width 30, on
-#: the SAME teachers (``THRESHOLD``'s, rebuilt from the same seeds), training sequences, labels,
+#: the SAME teachers (``THRESHOLD``'s, rebuilt from the same seeds) and, in a second arm, on a
+#: linear teacher whose impulse response is the target itself; same training sequences,
 #: lengths, budget, early stopping and criterion R < 1/2; A is a general (non-symmetric) matrix
 #: and A, B, C start from Gaussian entries of standard deviation 10⁻⁵ (the scale of the paper's
 #: App. B.1.1 for a general linear student), trained by Adam (learning rate 10⁻³, as the GRUs).
