@@ -28,11 +28,14 @@ from tools.chapters import pages  # noqa: E402
 CHAPTERS = list(pages(notebooks_only=True))
 
 
-def _setup_namespace(path: Path, scale: str, monkeypatch) -> dict:
+def _setup_namespace(path: Path, scale: str, monkeypatch, ledger_dir: Path) -> dict:
     notebook = jupytext.read(path)
     setup = next(cell for cell in notebook.cells if cell.cell_type == "code")
     monkeypatch.setenv("BOOK_SCALE", scale)
     monkeypatch.setenv("BOOK_MODE", "test")
+    # a setup cell starts the chapter's ledger record: into a folder of the test's own, never the
+    # build's (_build/ledger), which `make test` then checks against the committed ledger
+    monkeypatch.setenv("BOOK_LEDGER_DIR", str(ledger_dir))
     monkeypatch.chdir(path.parent)  # chapters run with book/ as their working directory
     namespace: dict = {"__name__": f"setup_{path.stem}"}
     exec(compile(setup.source, f"{path.name}: setup cell", "exec"), namespace)  # noqa: S102
@@ -68,9 +71,9 @@ def _problems(name, value, fast, *, item=False) -> list[str]:
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_full_scale_settings(path, monkeypatch):
-    fast = _setup_namespace(path, "fast", monkeypatch)
-    full = _setup_namespace(path, "full", monkeypatch)
+def test_full_scale_settings(path, monkeypatch, tmp_path):
+    fast = _setup_namespace(path, "fast", monkeypatch, tmp_path)
+    full = _setup_namespace(path, "full", monkeypatch, tmp_path)
     assert os.environ["BOOK_SCALE"] == "full"
     changed = [
         name
