@@ -92,3 +92,14 @@ def test_notebooks_wait_for_every_output_and_fail_loudly(monkeypatch):
     assert seen == {"cwd": ".", "timeout": 300, "iopub_timeout": book_parallel.IOPUB_TIMEOUT,
                     "raise_on_iopub_timeout": True}
     assert executors.executenb.waits_for_every_output
+
+
+def test_each_document_is_a_task_of_its_own_largest_first(tmp_path):
+    """One document per reading task, in decreasing source size, whatever the process count."""
+    (tmp_path / "book").mkdir()
+    for name, size in (("a", 10), ("b", 300), ("c", 20)):
+        (tmp_path / "book" / f"{name}.md").write_text("x" * size)
+    (tmp_path / "book" / "api.rst").write_text("y" * 50)
+    chunks = book_parallel.one_document_each(tmp_path)(
+        ["book/a", "book/api", "book/b", "book/c", "book/missing"], 2)
+    assert chunks == [["book/b"], ["book/api"], ["book/c"], ["book/a"], ["book/missing"]]
