@@ -198,11 +198,12 @@ book: $(STAMP) $(MATHJAX)
 # and root), with every request for another host blocked: math typeset with no MathJax error and
 # no inline formula cut off, figures, animations and sliders, collapsed solutions, notebook links,
 # no console errors, at 390 px no page wider than the window and sidebars that open, the PDF's
-# outline and links (tools/site_test.py). To test a
-# book built elsewhere without rebuilding: .venv/bin/python tools/site_test.py PATH/TO/html
-# (after `make pdf`, so that the footer's PDF link resolves)
-site-test: pdf
-	$(BIN)/python tools/site_test.py _build/html
+# outline and links (tools/site_test.py). The PDF (make pdf's tools/pdf.py) is made in a child
+# process while the pages are tested, and tested after them (--make-pdf): the two take about as
+# long. To test a book built elsewhere without rebuilding: .venv/bin/python tools/site_test.py
+# PATH/TO/html (after `make pdf`, so that the footer's PDF link resolves)
+site-test: book
+	$(RUN) $(MPL) $(BIN)/python tools/site_test.py --make-pdf _build/html
 
 # The whole book as one PDF, _build/html/book.pdf, where every page's footer links to it:
 # tools/pdf.py builds the single-page site and prints it with Debian's Chromium.

@@ -208,6 +208,18 @@ def test_anchor_problems(tmp_path):
         "a link to book/gone.html, which the site does not have",
         "a link to book/intro.html##cite-this-book: no element of that id there",
     ]
+    # book.pdf, made beside the pages' tests (--make-pdf), is left to the PDF's own test then
+    pdf = [base + "book.pdf"]
+    assert site_test.anchor_problems(pdf, tmp_path, base, "book/intro.html") == [
+        "a link to book.pdf, which the site does not have"]
+    assert site_test.anchor_problems(pdf, tmp_path, base, "book/intro.html",
+                                     frozenset({"book.pdf"})) == []
+
+
+def test_the_pdf_made_beside_the_pages_is_the_build_s_own(tmp_path):
+    """--make-pdf writes _build/html/book.pdf, so it refuses to test another site with it."""
+    with pytest.raises(SystemExit, match="--make-pdf writes"):
+        site_test.PdfChild(tmp_path)
 
 
 # ---- the PDF's links and outline ----

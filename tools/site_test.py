@@ -5,10 +5,16 @@ Usage::
     python tools/site_test.py [SITE]     # SITE: the built HTML book, default _build/html
     python tools/site_test.py --report findings.txt     # also every failure, by page, to a file
     python tools/site_test.py --only gradient-flow      # only the pages whose path contains it
+    python tools/site_test.py --make-pdf    # make book.pdf (tools/pdf.py) beside the pages' tests
 
-``make site-test`` builds the book and runs this. The site is served on 127.0.0.1; every request
-for another host is blocked (the test passes with the network off), and is listed, but counts as a
-failure only through its consequences (math not typeset, an image missing). For every page:
+``make site-test`` builds the book and runs this with ``--make-pdf``: the PDF (a single-page
+build, then Chromium printing it) is made in a child process while the pages are tested, the two
+taking about as long, and is tested once both have ended; a link to ``book.pdf`` is then left to
+that test (the file is not there while the pages are tested).
+
+The site is served on 127.0.0.1; every request for another host is blocked (the test passes with
+the network off), and is listed, but counts as a failure only through its consequences (math not
+typeset, an image missing). For every page:
 
 - no failed request and no HTTP error for a file of the site itself (scripts that MathJax loads
   late and its fonts included: every request of the page is seen), no console error, no uncaught
@@ -93,6 +99,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -915,15 +922,20 @@ def sidebar_problem(what: str, found: dict) -> str | None:
 _ANCHOR_CACHE: dict[Path, str] = {}
 
 
-def anchor_problems(links: list[str], site: Path, base: str, page: str) -> list[str]:
+def anchor_problems(
+    links: list[str], site: Path, base: str, page: str, later: frozenset[str] = frozenset()
+) -> list[str]:
     """Links of a page into the site (``base``) whose page is missing or lacks the element
-    their fragment names (a "Cite" link to ``##cite-this-book`` goes nowhere)."""
+    their fragment names (a "Cite" link to ``##cite-this-book`` goes nowhere). ``later``: files
+    of the site still being made, tested once made (``book.pdf`` under ``--make-pdf``)."""
     problems = []
     for link in sorted(set(links)):
         if not link.startswith(base):
             continue
         parsed = urlparse(link)
         rel = unquote(parsed.path).lstrip("/") or "index.html"
+        if rel in later:
+            continue
         target = site / rel
         if target.is_dir():
             target = target / "index.html"
@@ -1259,7 +1271,7 @@ def test_page(
 
     result.failures += check_state(state) + check_text(state)
     result.failures += mathjax_problems(page.evaluate(MATHJAX_ERRORS_JS))
-    result.failures += anchor_problems(state["links"], site, base, name)
+    result.failures += anchor_problems(state["links"], site, base, name, log["later"])
     for i, anim in enumerate(page.evaluate(SCRUB_ANIMATIONS_JS)):
         if not anim["ok"]:
             result.failures.append(f"animation {i + 1}: {anim['why']}")
@@ -1394,11 +1406,11 @@ def report(results: dict[str, PageResult], path: Path) -> None:
 
 def run(
     site: Path, allowlist: Path = ALLOWLIST, only: list[str] | None = None, shots: Path = SHOTS,
-    full: bool = False,
+    full: bool = False, pdf: PdfChild | None = None,
 ) -> dict[str, PageResult]:
     """Test every page of the built site ``site`` in Chromium (those whose path contains one of
     ``only``, when given); the results by page. ``full``: also capture every page whole at
-    1280 px."""
+    1280 px. ``pdf``: the PDF being made beside the pages, waited for before it is tested."""
     executable = chromium()
     from playwright.sync_api import sync_playwright
 
@@ -1406,7 +1418,8 @@ def run(
     shutil.rmtree(shots, ignore_errors=True)
     shots.mkdir(parents=True)
     server, base = serve(site)
-    log: dict = {"console": [], "blocked": [], "notebooks": {}}
+    later = frozenset({PDF_NAME} if pdf is not None else ())
+    log: dict = {"console": [], "blocked": [], "notebooks": {}, "later": later}
     pngs = Pngs(site, base)
 
     def route(route) -> None:
@@ -1480,7 +1493,8 @@ def run(
             f"{allowlist.name}: stale entry (no equation at {entry.viewport} px starting "
             f"{entry.tex_prefix[:60]!r} is wider than its column)"
         )
-    results["book.pdf"] = PageResult(check_pdf(site))
+    made = pdf.wait() if pdf is not None else []
+    results[PDF_NAME] = PageResult(made or check_pdf(site))
     notebooks = {k: v for k, v in log["notebooks"].items() if v}
     (shots / "notebook-links.json").write_text(json.dumps(notebooks, indent=1), encoding="utf-8")
     blocked = sorted(set(log["blocked"]))
@@ -1489,6 +1503,39 @@ def run(
         print(f"  {url}")
     print(f"notebook links checked on {len(notebooks)} pages; screenshots in {shots}")
     return results
+
+
+PDF_NAME = "book.pdf"
+
+
+class PdfChild:
+    """``tools/pdf.py`` (the single-page build, then Chromium printing it to ``book.pdf``) in a
+    child process, started with any old ``book.pdf`` removed, so that only the new one is tested;
+    its output is kept and printed when it is waited for, not interleaved with the pages'."""
+
+    def __init__(self, site: Path):
+        made = ROOT / "_build" / "html"
+        if site != made.resolve():
+            raise SystemExit(f"--make-pdf writes {made / PDF_NAME}: test {made}, not {site}")
+        (site / PDF_NAME).unlink(missing_ok=True)
+        self.output = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tools" / "pdf.py")],
+            stdout=self.output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def wait(self) -> list[str]:
+        """Wait for the PDF; print its output; why it failed, if it did."""
+        code = self.process.wait()
+        self.output.seek(0)
+        print(self.output.read().decode("utf-8", "replace"), end="", flush=True)
+        self.output.close()
+        return [] if code == 0 else [f"tools/pdf.py failed (exit status {code}): its output above"]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1501,13 +1548,21 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the folder for the screenshots (emptied first), default {SHOTS}")
     parser.add_argument("--full-pages", action="store_true",
                         help="also capture every page whole at 1280 px (JPEG), for a reader")
+    parser.add_argument("--make-pdf", action="store_true",
+                        help="make book.pdf (tools/pdf.py) beside the pages' tests, then test it")
     args = parser.parse_args(argv)
     site = Path(args.site).resolve()
     if not (site / "index.html").is_file():
         sys.exit(f"no built book in {site}: run `make book` first")
     start = time.perf_counter()
-    results = run(site, Path(args.allow), args.only, Path(args.shots), args.full_pages)
-    print(f"{time.perf_counter() - start:.0f} s in the browser\n")
+    pdf = PdfChild(site) if args.make_pdf else None
+    try:
+        results = run(site, Path(args.allow), args.only, Path(args.shots), args.full_pages, pdf)
+    finally:
+        if pdf is not None:
+            pdf.stop()
+    what = "in the browser, the PDF made beside it" if pdf is not None else "in the browser"
+    print(f"{time.perf_counter() - start:.0f} s {what}\n")
     for name, result in results.items():
         if result.failures or result.notes:
             print(f"{'FAILED' if result.failures else 'notes':6} {name}")
