@@ -95,6 +95,45 @@ def test_row_weights_free_the_last_row():
         gm.row_weights(10, 8)
 
 
+def test_row_weights_reversed_free_the_first_row():
+    last, first = gm.row_weights(64, 8), gm.row_weights(64, 8, "first")
+    assert first[:8].tolist() == [0.0] * 8 and first[-8:].tolist() == [7.0] * 8
+    assert first.tolist() == [7.0 - v for v in last.tolist()]  # w_p / lambda = r(p)
+    assert torch.equal(first.reshape(8, 8), last.reshape(8, 8).flip(0))  # rows reversed
+    assert torch.equal(gm.row_weights(64, 8, "last"), last)
+    # the default is the paper's weights as before, bit for bit: w_p / lambda = R - 1 - p // 8
+    assert torch.equal(last, (7 - torch.arange(64) // 8).to(torch.float64))
+    for bad in ("middle", "Last", None, 1):
+        with pytest.raises(ValueError, match="free_row"):
+            gm.row_weights(64, 8, bad)
+        with pytest.raises(ValueError, match="free_row"):
+            gm.AttackConfig(free_row=bad)
+    assert gm.AttackConfig().free_row == "last"
+
+
+def test_default_free_row_is_the_paper_bit_for_bit(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    implicit = gm.brew(surrogate, x, y, xt, yt, [t], [c], 6, 0.5, rng,
+                       gm.AttackConfig(steps=6, reg_factor=1.0), seed=2)
+    explicit = gm.brew(surrogate, x, y, xt, yt, [t], [c], 6, 0.5, rng,
+                       gm.AttackConfig(steps=6, reg_factor=1.0, free_row="last"), seed=2)
+    assert torch.equal(implicit.delta, explicit.delta)
+    assert torch.equal(implicit.matching_loss, explicit.matching_loss)
+
+
+def test_reversed_penalty_moves_the_perturbation_to_the_first_row(setting):
+    surrogate, x, y, xt, yt, rng = setting
+    t, c = target_and_class(yt)
+    configs = [gm.AttackConfig(steps=30, reg_factor=1.0, free_row=f) for f in ("last", "first")]
+    last, first = gm.brew(surrogate, x, y, xt, yt, [t], [c], 8, 0.5, rng, configs)
+    def share(delta, rows):  # the share of the squared norm on the given positions
+        return float((delta[..., rows] ** 2).sum() / (delta**2).sum())
+
+    assert share(first.delta, slice(0, 8)) > share(last.delta, slice(0, 8))
+    assert share(last.delta, slice(-8, None)) > share(first.delta, slice(-8, None))
+
+
 def test_last_elements_rel_size():
     delta = torch.zeros(3, 64, dtype=DT)
     delta[:, -2:] = 1.0

@@ -28,7 +28,8 @@ gets the weight w_p = λ (R − 1 − r(p)), and the objective becomes ℳ(δ) +
 last row is free; the others are pushed to zero. (The paper's footnote 14 gives the weights 32 − i
 for rows i = 1, …, 32, that is λ = 1, as in the authors' code of the Table-2 version; their later
 code multiplies by a factor whose default is 10⁻⁷. The right λ depends on the scale of ℳ's
-gradient, and the chapter states the one it uses.)
+gradient, and the chapter states the one it uses.) A positional control reverses the weights,
+w_p = λ r(p), so that the *first* row is the free one (``AttackConfig(free_row="first")``).
 
 **Where the perturbation lives.** The paper's "last elements rel. size" is ‖δ_last‖₂ / ‖δ‖₂, the
 norm of the perturbation on the last elements over its whole norm, averaged over poisons
@@ -210,12 +211,21 @@ def _check_runs(params, name: str = "params") -> int:
 
 
 STEP_RULES = ("constant", "authors")
+#: Which end of the sequence the per-row penalty leaves free: the paper's last row, or the first.
+FREE_ROWS = ("last", "first")
 
 
 @dataclass(frozen=True)
 class AttackConfig:
     """Signed Adam on the matching objective: ``steps`` iterations from ``restarts`` random starts,
-    per-row weight ``reg_factor`` = λ (0: no regularizer), and one of two step rules:
+    per-row weight ``reg_factor`` = λ (0: no regularizer), the row the penalty spares
+    ``free_row``, and one of two step rules.
+
+    ``free_row`` is one of :data:`FREE_ROWS`: ``"last"`` (the paper's, App. H.2.4: the weight
+    w_p = λ (R − 1 − r(p)) of position p in row r(p) = p // ``row_length`` of R rows leaves the
+    last row, the end of the sequence, unpenalized) or ``"first"`` (the positional control: the
+    weights reversed, w_p = λ r(p), leaving the first row, the start of the sequence, free;
+    :func:`row_weights`). The step rules:
 
     * ``"constant"`` (this book's): Adam's step ``lr`` · ε, constant, from a uniform start in the
       ε-box;
@@ -233,6 +243,7 @@ class AttackConfig:
     reg_factor: float = 0.0
     row_length: int = 8
     step_rule: str = "constant"
+    free_row: str = "last"
 
     def __post_init__(self):
         as_int(self.steps, "steps", minimum=1)
@@ -242,6 +253,8 @@ class AttackConfig:
         as_int(self.row_length, "row_length", minimum=1)
         if self.step_rule not in STEP_RULES:
             raise ValueError(f"step_rule must be one of {STEP_RULES}, got {self.step_rule!r:.40}")
+        if not isinstance(self.free_row, str) or self.free_row not in FREE_ROWS:
+            raise ValueError(f"free_row must be one of {FREE_ROWS}, got {self.free_row!r:.40}")
 
     def step_sizes(self, eps: float) -> np.ndarray:
         """Adam's step size at each of the ``steps`` iterations (the rule above, for bound ε)."""
@@ -289,14 +302,27 @@ class Brew:
             )
 
 
-def row_weights(length: int, row_length: int) -> torch.Tensor:
-    """Per-position weights w_p / λ = R − 1 − p // row_length for a sequence of R rows (float64)."""
+def row_weights(length: int, row_length: int, free_row: str = "last") -> torch.Tensor:
+    """Per-position weights w_p / λ of the per-row penalty for a sequence of R rows (float64).
+
+    With r(p) = p // row_length the row of position p (App. H.2.4, footnote 14, of Slutzky et al.
+    2025, with rows counted from 0):
+
+        free_row = "last":   w_p / λ = R − 1 − r(p)   (the paper's: the last row is free),
+        free_row = "first":  w_p / λ = r(p)           (reversed: the first row is free).
+
+    The two are the same weights in reverse order of rows, so a perturbation of a given size pays
+    the same penalty in the one as its row-mirror image pays in the other.
+    """
     length = as_int(length, "length", minimum=1, maximum=MAX_LENGTH)
     row_length = as_int(row_length, "row_length", minimum=1)
+    if not isinstance(free_row, str) or free_row not in FREE_ROWS:
+        raise ValueError(f"free_row must be one of {FREE_ROWS}, got {free_row!r:.40}")
     if length % row_length:
         raise ValueError(f"length {length} is not a whole number of rows of {row_length}")
     rows = length // row_length
-    return (rows - 1 - torch.arange(length) // row_length).to(DTYPE)
+    row = torch.arange(length) // row_length
+    return (row if free_row == "first" else rows - 1 - row).to(DTYPE)
 
 
 def _row_scale(x: torch.Tensor) -> torch.Tensor:
@@ -603,9 +629,9 @@ def brew(
     (training images of class ``adversarial[a]``, e.g. :func:`choose_nearest`'s).
 
     ``config`` may also be a list of configs that differ only in their regularizer (``reg_factor``,
-    ``row_length``): then every config attacks the same targets with the same poison images from
-    the same random starts, all in one batched loop (what separate calls with the same ``seed``
-    would compute), and the result is a list with one :class:`Brew` per config.
+    ``row_length``, ``free_row``): then every config attacks the same targets with the same poison
+    images from the same random starts, all in one batched loop (what separate calls with the same
+    ``seed`` would compute), and the result is a list with one :class:`Brew` per config.
     """
     configs = _check_configs(config)
     victim = _check_victim(victim)
@@ -635,7 +661,9 @@ def brew(
         if c == int(y_test[t]):
             raise ValueError(f"adversarial class {c} is the true class of target {t}")
     length = x_train.shape[1]
-    weights = torch.stack([c.reg_factor * row_weights(length, c.row_length) for c in configs])
+    weights = torch.stack(
+        [c.reg_factor * row_weights(length, c.row_length, c.free_row) for c in configs]
+    )
     if poison_index is None:
         index = torch.stack(
             [choose_poisons(y_train, c, budget, seed + a) for a, c in enumerate(adversarial)]
@@ -738,7 +766,8 @@ def brew_joint(
     adv = torch.full((runs, len(targets)), intended, dtype=torch.int64)
     matching = _Matching(victim, surrogate, x_t, adv, base, poison_labels=labels)
     _check_classes({"y_train": y_train, "intended": torch.tensor([intended])}, matching.classes)
-    w = (config.reg_factor * row_weights(x_train.shape[1], config.row_length)).to(md)
+    w = (config.reg_factor
+         * row_weights(x_train.shape[1], config.row_length, config.free_row)).to(md)
     delta = _signed_adam(matching, w, _start(config, base, eps, lo, hi, seed), base, eps, lo, hi,
                          config)
     final = matching(delta).detach().reshape(restarts, chunks).sum(-1)
