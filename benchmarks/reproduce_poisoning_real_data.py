@@ -997,6 +997,123 @@ def penalized_task(*, kind: str, targets_n: int, seeds: list[int], attack_seed: 
     return {("penalized", f"{kind} {targets_n} targets"): record}
 
 
+# Does the free row's *position* matter? (Theorem 1's special sequences put the poison at the end
+# of the sequence; Table 2's regularizer is the paper's bridge to them.) The penalized task's MLP
+# run at 64 targets, with the penalty's weights reversed as the arm to compare: lambda = 1 leaving
+# the last row free (the paper's) and lambda = 1 leaving the first row free, from one batched brew
+# (the same poison images and starts), each beside a random control of its own size.
+
+POSITION_TARGETS = 64
+POSITION_FREE_ROWS = ("last", "first")
+POSITION_ARMS = ("last row", "first row", "random last row", "random first row")
+POSITION_SIZE_TOLERANCE = 0.10  # the two positional arms count as matched in l2 within 10 %
+
+
+def arm_sizes(delta: torch.Tensor, row: int) -> dict:
+    """The size of one arm's perturbations ``delta`` (A, P, L): the median and the mean over
+    poisons of ‖δ_i‖₂ and ‖δ_i‖_∞, the root of the summed squares over every poison, and the
+    share of ‖δ_i‖₂ in the last and in the first ``row`` positions (gm.last_elements_rel_size,
+    averaged over poisons; the first row's on the sequence reversed)."""
+    flat = delta.reshape(-1, delta.shape[-1])
+    l2 = torch.linalg.vector_norm(flat, dim=-1)
+    linf = flat.abs().amax(-1)
+    return {"l2_median": float(l2.median()), "l2_mean": float(l2.mean()),
+            "linf_median": float(linf.median()), "linf_mean": float(linf.mean()),
+            "l2_total": float(torch.linalg.vector_norm(flat)),
+            "last_row_share": gm.last_elements_rel_size(delta, row),
+            "first_row_share": gm.last_elements_rel_size(delta.flip(-1), row)}
+
+
+def position_task(*, targets_n: int, seeds: list[int], attack_seed: int = 1,
+                  steps: int | None = None, epochs: int | None = None) -> dict:
+    """Does the position of the penalty's free row matter, at matched size? The setting of the
+    penalized task's ("MLP", 64) run: the grid's MLP victims (PART_MLP) retrained from scratch on
+    the clean set with the whole adversarial class appended at ε = 4 gray levels, ``targets_n``
+    targets drawn as the grid draws them, the victim seeds ``seeds``, the same MLP surrogate (seed
+    100) and attack length (PART_MLP's steps and starts). Arms, from one batched brew (the same
+    poison images and random starts): λ = 1 sparing the last row (the paper's weights
+    w_p = λ (R − 1 − r(p))), λ = 1 sparing the first row (the weights reversed, w_p = λ r(p)),
+    and for each a random control of its own size (gm.random_perturbations: the arm's ℓ2 norm and
+    ℓ∞ bound per poison). Records per (target, seed) pair (target-major) the outcome, Pr(adversarial
+    class) and the adversarial margin, and per arm its sizes (:func:`arm_sizes`), each control's
+    size ratio to its arm and the first-row arm's to the last-row arm's (gm.size_ratio).
+
+    Pre-registered (written before the run): the outcome is the adversarial margin per (target,
+    seed) pair, paired between the two positional arms; a one-sided sign test at the chapter's
+    5 % level that the "last row" arm's margin exceeds the "first row" arm's, p = P(Bin(n, 1/2) ≥
+    b) over the n pairs whose margins differ, b of them with the last row's larger; beside it
+    the flips of every arm with Wilson's intervals counted by target. The two arms count as
+    matched in size when the median per-poison ℓ2 ratio of the first-row arm to the last-row arm
+    lies within POSITION_SIZE_TOLERANCE of 1; otherwise the comparison is confounded by size, by
+    that ratio, and nothing is rescaled after the run. ``steps`` and ``epochs`` shrink the attack
+    and the training (tests only)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    torch.set_num_threads(1)
+    part = dataclasses.replace(PART_MLP, cells=((None, PENALIZED_EPS_GRAY, targets_n),),
+                               steps=steps or PART_MLP.steps, epochs=epochs or PART_MLP.epochs)
+    data_split = data.digits_split()
+    x, y, xt, yt, data_range = data_split
+    surrogate, clean, (targets, adversarial), record = prepare_mlp(part, data_split, seeds)
+    clean = clean[part.epochs]
+    victim, accuracy = family(part)
+    budget = whole_class(y)
+    eps = PENALIZED_EPS_GRAY * (data_range[1] - data_range[0]) / 16
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    configs = [gm.AttackConfig(steps=part.steps, restarts=part.restarts,
+                               reg_factor=PAPER_REG_FACTOR, row_length=ROW, free_row=f)
+               for f in POSITION_FREE_ROWS]
+    brews = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, budget, eps, data_range,
+                    configs, seed=attack_seed, victim=victim)
+    attack_seconds = time.perf_counter() - t0
+    index = brews[0].poison_index
+    deltas = dict(zip(POSITION_ARMS[:2], (b.delta for b in brews), strict=True))
+    for k, arm in enumerate(POSITION_ARMS[:2]):
+        deltas[f"random {arm}"] = gm.random_perturbations(x[index], deltas[arm], eps, data_range,
+                                                          seed=attack_seed + 1 + k)
+    all_delta = torch.cat([deltas[a] for a in POSITION_ARMS])
+    all_index = torch.cat([index] * len(POSITION_ARMS))
+    params = gm.retrain(victim, x, y, all_index, all_delta, seeds)
+    pair_t = [t for t in targets for _ in seeds]
+    pair_a = [a for a in adversarial for _ in seeds]
+    n_arms, n_pairs = len(POSITION_ARMS), len(pair_t)
+    out = gm.target_outcome(victim, params, xt, yt, pair_t * n_arms, pair_a * n_arms)
+    margin = adversarial_margin(victim, params, xt, pair_t * n_arms, pair_a * n_arms)
+    x_fit, y_fit = gm.poisoned_sets(x, y, all_index, all_delta)
+    x_fit, y_fit = x_fit.repeat_interleave(len(seeds), 0), y_fit.repeat_interleave(len(seeds), 0)
+    fit = accuracy(params, x_fit, y_fit).numpy()
+    held_out = accuracy(params, xt, yt).numpy()
+    runs_idx = [seeds.index(s) for _ in targets for s in seeds]
+    clean_runs = {k: v[runs_idx] for k, v in clean.items()}
+    record |= {
+        "family": "MLP", "budget": budget, "eps_gray": PENALIZED_EPS_GRAY,
+        "steps": part.steps, "restarts": part.restarts, "epochs": part.epochs,
+        "reg_factor": PAPER_REG_FACTOR, "free_rows": list(POSITION_FREE_ROWS), "row_length": ROW,
+        "targets": targets, "adversarial": adversarial, "victim_seeds": list(seeds),
+        "attack_seconds": attack_seconds,
+        "clean": {k: v.astype(int) if v.dtype == bool else v for k, v in
+                  gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()},
+        "arms": {},
+    }
+    for k, arm in enumerate(POSITION_ARMS):
+        part_slice = slice(k * n_pairs, (k + 1) * n_pairs)
+        record["arms"][arm] = {
+            "success": out["success"][part_slice].astype(int),
+            "p_adv": out["p_adv"][part_slice], "margin": margin[part_slice],
+            "train_accuracy": fit[part_slice], "held_out_accuracy": held_out[part_slice],
+            "sizes": arm_sizes(deltas[arm], ROW),
+            "matching_loss": gm.matching_loss(surrogate, xt, brews[0], x, deltas[arm],
+                                              victim=victim),
+        }
+    for arm in POSITION_ARMS[:2]:
+        record["arms"][f"random {arm}"]["size_ratio"] = gm.size_ratio(deltas[f"random {arm}"],
+                                                                      deltas[arm])
+    record["first_to_last_size_ratio"] = gm.size_ratio(deltas["first row"], deltas["last row"])
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return {("position", f"MLP {targets_n} targets"): record}
+
+
 def adversarial_margin(victim, params, x_test, targets, adversarial) -> np.ndarray:
     """Run r's logit of ``adversarial[r]`` on test image ``targets[r]`` minus its largest other
     logit (> 0: the target is classified as the adversarial class)."""
@@ -1066,6 +1183,10 @@ def control_tasks() -> list:
              {"MLP": 1.5, "S4D": 40.0}[kind] * n, (("penalized", f"{kind} {n} targets"),))
         for kind, n in PENALIZED_RUNS
     ] + [
+        Task(f"position MLP {POSITION_TARGETS} targets", position_task,
+             {"targets_n": POSITION_TARGETS, "seeds": list(VICTIM_SEEDS)},
+             1.5 * POSITION_TARGETS, (("position", f"MLP {POSITION_TARGETS} targets"),)),
+    ] + [
         Task(f"wide MLP scratch {CONTROL_EPS_GRAY:g} gray, decay {w:g}", wide_weight_decay_task,
              {"weight_decay": w, "surrogate_seed": SURROGATE_SEED,
               "target_seed": WIDE_WD_TARGET_SEED, "attack_seed": ATTACK_SEED,
@@ -1131,6 +1252,17 @@ def control_settings() -> dict:
                       "arms": list(PENALIZED_ARMS), "random_match": "l2-linf",
                       "runs": [{"family": k, "targets": n} for k, n in PENALIZED_RUNS],
                       "victim_seeds": list(VICTIM_SEEDS), "target_seed": TARGET_SEED},
+        "position": {"victims": "the grid's MLP (part MLP), from scratch",
+                     "budget": "the whole adversarial class", "eps_gray": PENALIZED_EPS_GRAY,
+                     "reg_factor": PAPER_REG_FACTOR, "free_rows": list(POSITION_FREE_ROWS),
+                     "row_length": ROW, "arms": list(POSITION_ARMS), "random_match": "l2-linf",
+                     "targets": POSITION_TARGETS, "victim_seeds": list(VICTIM_SEEDS),
+                     "target_seed": TARGET_SEED,
+                     "size_tolerance_l2": POSITION_SIZE_TOLERANCE,
+                     "preregistered": "outcome: the adversarial margin per (target, seed) pair, "
+                     "paired between 'last row' and 'first row'; one-sided sign test at 5 % that "
+                     "'last row' > 'first row'; flips per arm with Wilson intervals by target; "
+                     "sizes matched when the median per-poison l2 ratio is within 10 % of 1"},
     }
 
 

@@ -260,3 +260,39 @@ def test_the_weight_decay_task_trains_victim_and_surrogate_with_it():
                                   attack_seed=1, victim_seeds=[0], targets_n=2)
     keys = {t.key for t in rp.tasks()}
     assert {f"wide MLP scratch 2 gray, decay {w:g}" for w in rp.WIDE_WD} <= keys
+
+
+def test_the_position_task_on_a_tiny_size():
+    """The free row's position at lambda = 1: both arms from one brew, each random control of its
+    arm's size, the penalty sparing the row it names, the sizes of every arm recorded, one outcome
+    per (target, seed) pair, a flip exactly when the adversarial margin is positive."""
+    out = rp.position_task(targets_n=2, seeds=[0, 2], steps=3, epochs=2)
+    record = out[("position", "MLP 2 targets")]
+    _plain(record)
+    arms = record["arms"]
+    assert tuple(arms) == rp.POSITION_ARMS and len(record["targets"]) == 2
+    assert record["budget"] == rp.whole_class(data.digits_split()[1])
+    assert record["free_rows"] == ["last", "first"] and record["reg_factor"] == 1.0
+    for arm in ("last row", "first row"):
+        ratio = arms[f"random {arm}"]["size_ratio"]
+        assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+        sizes, rand = arms[arm]["sizes"], arms[f"random {arm}"]["sizes"]
+        assert 0 < sizes["l2_median"] and 0 < sizes["linf_median"] <= sizes["l2_median"]
+        assert rand["linf_mean"] <= sizes["linf_mean"] * (1 + 1e-9)
+        # matched poison by poison in l2, so the control's median l2 is its arm's
+        assert rand["l2_median"] == pytest.approx(sizes["l2_median"], rel=0.05)
+        for share in ("last_row_share", "first_row_share"):
+            assert 0 <= sizes[share] <= 1
+    # each penalized arm keeps more of its perturbation in the row it spares than the other arm
+    last, first = arms["last row"]["sizes"], arms["first row"]["sizes"]
+    assert last["last_row_share"] > first["last_row_share"]
+    assert first["first_row_share"] > last["first_row_share"]
+    ratio = record["first_to_last_size_ratio"]
+    assert set(ratio) == {"l2", "linf"} and ratio["l2"] > 0
+    for arm in arms.values():
+        assert len(arm["success"]) == 4 and len(arm["margin"]) == 4
+        assert np.array_equal(arm["success"], arm["margin"] > 0)
+    tasks = {t.key: t for t in rp.tasks()}
+    key = f"MLP {rp.POSITION_TARGETS} targets"
+    assert tasks[f"position {key}"].writes == (("position", key),)
+    assert tasks[f"position {key}"].kwargs["targets_n"] == 64
