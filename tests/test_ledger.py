@@ -969,3 +969,16 @@ def test_grid_only_on_a_band_and_only_as_a_flag(chapter, extra):
     with pytest.raises(ValueError, match="grid"):
         ledger.record("k", paper=PAPER, item="x", paper_value=3.0, ours=ours, section="s",
                       **arguments)
+
+
+def test_a_status_that_rests_on_a_reading_is_named_beside_the_counts(chapter):
+    ledger.record("bound", paper=PAPER, item="§6, the loss: 'L ≲ 1e-5'", paper_value=(None, 1e-5),
+                  paper_stat="interval", ours=[2e-5] * 20, section="s",
+                  note="read here as at most 1e-5; " + ledger.READING_DECIDES)
+    ledger.record("plain", paper=PAPER, item="Table 1: a value", paper_value=1.0,
+                  paper_stat="exact", ours=1.0, tol=0.1, section="s")
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    assert "1 status rests on our reading of the paper's words" in page
+    assert "`, §6, the loss (not reproduced)" in page and "Table 1 (" not in page
+    plain = {k: v for k, v in _entries(chapter).items() if k == "plain"}
+    assert "our reading of the paper's words" not in ledger.page_markdown({"ch": plain})

@@ -205,6 +205,10 @@ LEVEL = 0.90
 #: a further run of the same distribution falls outside the range of n runs with probability
 #: 2/(n + 1), at most 1 - LEVEL only from n = 19 on.
 MIN_RUNS = 19
+#: The words a record's ``note`` ends with when its status rests on a reading of the paper's words
+#: that the row states (e.g. "≲" read as "≤"): the Reproductions page names such rows beside its
+#: counts (:func:`page_markdown`), so a count is not read as resting on the numbers alone.
+READING_DECIDES = "the reading decides the verdict"
 #: At most this many subsets are enumerated; above it, this many are drawn at random.
 MAX_SUBSETS = 200_000
 #: The seed of the generator that draws the subsets when there are too many to enumerate.
@@ -1298,7 +1302,11 @@ def rule_markdown() -> str:
         "precision is held to a tolerance that also covers the difference of precision, never "
         "to the last digit of a single-precision printout alone (that would test the rebuild's "
         "arithmetic, not the paper's number), so such a row compares at the resolution at which "
-        "the paper shows the value; a paper's single run lies in the middle "
+        "the paper shows the value (one exception, named in its rows: the float64 rebuilds of "
+        "the authors' float32 runs of Figures 3 to 8 of the greedy-learning paper are held to "
+        "one pixel of the authors' plot, a tolerance adopted after the comparison at the "
+        "printout's last digit had failed, and no tolerance for the difference of precision was "
+        "derived for them); a paper's single run lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles); a paper's statistic of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
@@ -1356,7 +1364,10 @@ def rule_markdown() -> str:
         "tests the rebuild's arithmetic, not the paper's number), gradient flow where the "
         "statement is about gradient flow and the paper's figure approximates it by descent "
         "with small steps, and a "
-        "threshold, horizon, stopping rule or detector of our own choosing. Any other departure "
+        "threshold, horizon, stopping rule, step budget or detector of our own choosing; a row "
+        "that keeps only the seeds whose runs fitted within our step budget also stays in the "
+        "setting, but it compares the paper's number with runs conditioned on fitting, and it "
+        "says how many of our seeds it keeps. Any other departure "
         "(other data, model or size, another optimizer or step rule, another loss, another "
         "distribution of the initialization) makes the entry an illustration. A threshold or a "
         "horizon of our own choosing is not a hypothesis either: a number that misses for such "
@@ -1588,6 +1599,21 @@ def _numbers_paragraph(rows: Sequence[tuple[str, dict]]) -> str:
             + _numbers_named([number for number, _ in split]) + ".")
 
 
+def _reading_sentence(entries: Sequence[dict]) -> str:
+    """The comparisons among ``entries`` whose status rests on a reading of the paper's words
+    (their note contains :data:`READING_DECIDES`), named with their status; "" when there are none."""
+    read = [e for e in entries if READING_DECIDES in (e.get("note") or "")]
+    if not read:
+        return ""
+    named = "; ".join(f"{{cite:t}}`{e['paper']}`, {e['item'].split(':')[0]} ({e['status']})"
+                      for e in read)
+    verb = "rests" if len(read) == 1 else "rest"
+    count = f"{len(read)} status" + ("" if len(read) == 1 else "es")
+    return (f"Of these counts, {count} {verb} on our reading of the "
+            "paper's words as well as on the numbers, and another reading could give another "
+            f"status (the row states the readings): {named}.")
+
+
 def page_markdown(ledger: dict) -> str:
     """The *Reproductions* page's body (MyST markdown): the rule, the counts by status, then per
     paper one table of its values, one of the checks of its statements, and one of the checks
@@ -1609,6 +1635,7 @@ def page_markdown(ledger: dict) -> str:
         f"{_plural(len({e['paper'] for e in numbers}), 'paper')}:", "",
         *(f"- {part}" + (";" if i + 1 < len(parts) else ".") for i, part in enumerate(parts)),
         *([] if parts else ["none."]), "",
+        *([_reading_sentence(numbers), ""] if _reading_sentence(numbers) else []),
         *([_numbers_paragraph([(c, e) for c, _, e in rows]), ""] if numbers else []),
         "The inconclusive counts above include every case where one value of ours (one run, or "
         "as many seeds as the paper's statistic used) misses a random number of the paper or "
