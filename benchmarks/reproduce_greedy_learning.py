@@ -14,9 +14,9 @@ chapter's minute, so the runs are here:
   from numpy's legacy stream, through the public torch engine (lib.engine.flow.gradient_descent);
 - ``authors_streams``: the left half of Figure 3 (the standalone SSM,
   ``lib.poisoning.greedy_learning.FIGURE3``) with the authors' own random streams on 32 fresh seeds
-  (5000–5031), clean: the distribution of their protocol, whose C is |B|'s draw reversed where
-  the book's is drawn independently, so that the chapter can place the authors' seeds 4000 and
-  4001 among runs of their own protocol;
+  (5000–5031), clean and with special sequences: the distribution of their protocol, whose C is
+  |B|'s draw reversed where the book's is drawn independently, so that the chapter can place the
+  authors' seeds 4000 and 4001 among runs of their own protocol and compare the two arms in it;
 - ``paper_draw``: the same standalone setting with the paper's own draw of C (App. H.1.1: |N(0,
   sd_bc²)| draws sorted in descending order, the ties left alone), the book's streams otherwise,
   on the chapter's 32 seeds, clean and with special sequences: the paper's setting of Figures 3, 8,
@@ -143,14 +143,17 @@ def authors(figure: str, key: str) -> dict:
     return {("authors", f"{figure}, {key}"): summary | {"seed": seed}}
 
 
-def authors_streams(seed: int) -> dict:
-    """The clean standalone run of Figure 3 (``lib.poisoning.greedy_learning.FIGURE3``, the
-    chapter's protocol and cut-off) from the authors' random streams of ``seed``: when the largest
-    |a_j| passes 1/2 (first record), the step at which the loss falls below the threshold, the final
-    effective rank and loss."""
-    runs = greedy_learning.train_greedy(greedy_learning.FIGURE3, [seed], special_scales=(None,),
+def authors_streams(seed: int, key: str = "clean") -> dict:
+    """The standalone run of Figure 3 (``lib.poisoning.greedy_learning.FIGURE3``, the chapter's
+    protocol and cut-off) from the authors' random streams of ``seed``, clean (``key="clean"``) or
+    with special sequences: when the largest |a_j| passes 1/2 (first record), the step at which the
+    loss falls below the threshold, the final effective rank and loss."""
+    if key not in ("clean", "special"):
+        raise ValueError(f"key must be 'clean' or 'special', got {key!r}")
+    scale = None if key == "clean" else 1.0
+    runs = greedy_learning.train_greedy(greedy_learning.FIGURE3, [seed], special_scales=(scale,),
                                         streams="authors", max_steps=MAX_STEPS)  # fmt: skip
-    return {("authors_streams", "clean", AUTHORS_STREAM_SEEDS.index(seed)): {
+    return {("authors_streams", key, AUTHORS_STREAM_SEEDS.index(seed)): {
         "seed": seed, "escape": runs.escape_iteration(0),
         "fit_step": runs.trajectory.info["converged_step"][0],
         "erank": float(runs.effective_ranks(0)[-1]),
@@ -259,6 +262,10 @@ def tasks() -> list:
             for figure in AUTHORS for key in ("clean", "special")]
     out += [Task(f"authors streams clean seed={seed}", authors_streams, {"seed": seed}, 1.0,
                  (("authors_streams", "clean", AUTHORS_STREAM_SEEDS.index(seed)),))
+            for seed in AUTHORS_STREAM_SEEDS]
+    out += [Task(f"authors streams special seed={seed}", authors_streams,
+                 {"seed": seed, "key": "special"}, 1.0,
+                 (("authors_streams", "special", AUTHORS_STREAM_SEEDS.index(seed)),))
             for seed in AUTHORS_STREAM_SEEDS]
     out += [Task(f"paper draw {key} seed={seed}", paper_draw, {"seed": seed, "key": key}, 1.0,
                  (("paper_draw", key, SEEDS.index(seed)),))

@@ -39,3 +39,18 @@ def test_paper_draw_task_writes_its_declared_path():
     assert set(out) == set(task.writes)
     row = out[task.writes[0]]
     assert row["fit_step"] is not None and row["escape"] is not None and row["erank"] > 1
+
+
+def test_authors_streams_special_task_writes_its_declared_path():
+    task = next(t for t in rg.tasks() if t.key == "authors streams special seed=5000")
+    out = task.fn(**task.kwargs)
+    assert set(out) == set(task.writes) == {("authors_streams", "special", 0)}
+    row = out[task.writes[0]]
+    assert row["seed"] == 5000 and row["fit_step"] is not None and row["erank"] > 1
+
+
+def test_authors_streams_rejects_an_unknown_arm():
+    import pytest
+
+    with pytest.raises(ValueError, match="clean"):
+        rg.authors_streams(5000, key="poisoned")
