@@ -1114,6 +1114,102 @@ def position_task(*, targets_n: int, seeds: list[int], attack_seed: int = 1,
     return {("position", f"MLP {targets_n} targets"): record}
 
 
+POSITION_TRANSFER = "S4D transfer"
+POSITION_TRANSFER_DOSE = 3  # 6 gray levels: the control's dose where gradient matching poisons it
+
+
+def position_transfer_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int,
+                           attack_seed: int, victim_seeds: list[int],
+                           dose: int = POSITION_TRANSFER_DOSE) -> dict:
+    """The free row's position at matched size, on a victim that gradient matching does poison:
+    the control's "S4D transfer" setting (a linear head retrained by AdamW on the features of a
+    frozen S4D extractor; the control's surrogate, extractor, 32 targets, poison budget 40 and
+    step rule) at ``dose`` times the chapter's ε, where the control's unpenalized attack flips
+    targets. Arms, from one batched brew (the same poison images and random starts): λ = 1
+    sparing the last row (the paper's weights) and λ = 1 sparing the first row (reversed), each
+    beside a random control of its own size; records as :func:`position_task`.
+
+    Pre-registered (written before the run, the same rule as the MLP run): the outcome is the
+    adversarial margin per (target, seed) pair, paired between the two positional arms; a
+    one-sided sign test at 5 % that the "last row" arm's margin exceeds the "first row" arm's
+    over the pairs whose margins differ; flips per arm with Wilson intervals by target; the arms
+    count as matched in size when the median per-poison ℓ2 ratio is within
+    POSITION_SIZE_TOLERANCE of 1."""
+    start, cpu = time.perf_counter(), time.process_time()
+    torch.set_num_threads(1)
+    family_, setting, _, _, _ = CONTROL_SETTINGS[POSITION_TRANSFER]
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    pretrain, (x, y) = split_for_transfer(x_all, y_all)
+    eps = dose * CONTROL_EPS_GRAY * (data_range[1] - data_range[0]) / 16
+    victim, extra = control_victim(family_, setting, pretrain, extractor_seed)
+    surrogate = victim.train(x[None], y[None], [surrogate_seed])
+    clean = victim.train(x[None].expand(len(victim_seeds), -1, -1),
+                         y[None].expand(len(victim_seeds), -1), victim_seeds)
+    with torch.no_grad():
+        predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
+    targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
+    configs = [gm.AttackConfig(steps=CONTROL_STEPS, restarts=CONTROL_RESTARTS,
+                               reg_factor=PAPER_REG_FACTOR, row_length=ROW, free_row=f)
+               for f in POSITION_FREE_ROWS]
+    t0 = time.perf_counter()
+    brews = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, CONTROL_BUDGET, eps,
+                    data_range, configs, seed=attack_seed, victim=victim)
+    attack_seconds = time.perf_counter() - t0
+    index = brews[0].poison_index
+    deltas = dict(zip(POSITION_ARMS[:2], (b.delta for b in brews), strict=True))
+    for k, arm in enumerate(POSITION_ARMS[:2]):
+        deltas[f"random {arm}"] = gm.random_perturbations(x[index], deltas[arm], eps, data_range,
+                                                          seed=attack_seed + 1 + k)
+    all_delta = torch.cat([deltas[a] for a in POSITION_ARMS])
+    all_index = torch.cat([index] * len(POSITION_ARMS))
+    params = gm.retrain(victim, x, y, all_index, all_delta, victim_seeds)
+    pair_t = [t for t in targets for _ in victim_seeds]
+    pair_a = [a for a in adversarial for _ in victim_seeds]
+    n_arms, n_pairs = len(POSITION_ARMS), len(pair_t)
+    out = gm.target_outcome(victim, params, xt, yt, pair_t * n_arms, pair_a * n_arms)
+    margin = adversarial_margin(victim, params, xt, pair_t * n_arms, pair_a * n_arms)
+    x_fit, y_fit = gm.poisoned_sets(x, y, all_index, all_delta)
+    reps = len(victim_seeds)
+    fit = tv.accuracy(victim, params, x_fit.repeat_interleave(reps, 0),
+                      y_fit.repeat_interleave(reps, 0)).numpy()
+    held_out = tv.accuracy(victim, params, xt, yt).numpy()
+    clean_runs = {k: v[[victim_seeds.index(s) for _ in targets for s in victim_seeds]]
+                  for k, v in clean.items()}
+    record = {
+        "family": family_, "setting": setting, "budget": CONTROL_BUDGET,
+        "eps_gray": dose * CONTROL_EPS_GRAY, "dose": dose,
+        "steps": CONTROL_STEPS, "restarts": CONTROL_RESTARTS,
+        "reg_factor": PAPER_REG_FACTOR, "free_rows": list(POSITION_FREE_ROWS), "row_length": ROW,
+        "targets": targets, "adversarial": adversarial, "victim_seeds": list(victim_seeds),
+        "extractor_held_out_accuracy": float(extra["extractor"](extra["extractor_params"], xt,
+                                                                yt)[0]),
+        "surrogate_held_out_accuracy": float(tv.accuracy(victim, surrogate, xt, yt)[0]),
+        "clean_held_out_accuracy": tv.accuracy(victim, clean, xt, yt).numpy(),
+        "attack_seconds": attack_seconds,
+        "clean": {k: v.astype(int) if v.dtype == bool else v for k, v in
+                  gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()},
+        "arms": {},
+    }
+    for k, arm in enumerate(POSITION_ARMS):
+        part_slice = slice(k * n_pairs, (k + 1) * n_pairs)
+        record["arms"][arm] = {
+            "success": out["success"][part_slice].astype(int),
+            "p_adv": out["p_adv"][part_slice], "margin": margin[part_slice],
+            "train_accuracy": fit[part_slice], "held_out_accuracy": held_out[part_slice],
+            "sizes": arm_sizes(deltas[arm], ROW),
+            "matching_loss": gm.matching_loss(surrogate, xt, brews[0], x, deltas[arm],
+                                              victim=victim),
+        }
+    for arm in POSITION_ARMS[:2]:
+        record["arms"][f"random {arm}"]["size_ratio"] = gm.size_ratio(deltas[f"random {arm}"],
+                                                                      deltas[arm])
+    record["first_to_last_size_ratio"] = gm.size_ratio(deltas["first row"], deltas["last row"])
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    gray = f"{dose * CONTROL_EPS_GRAY:g} gray"
+    return {("position", f"{POSITION_TRANSFER} {gray}"): record}
+
+
 def adversarial_margin(victim, params, x_test, targets, adversarial) -> np.ndarray:
     """Run r's logit of ``adversarial[r]`` on test image ``targets[r]`` minus its largest other
     logit (> 0: the target is classified as the adversarial class)."""
@@ -1186,6 +1282,13 @@ def control_tasks() -> list:
         Task(f"position MLP {POSITION_TARGETS} targets", position_task,
              {"targets_n": POSITION_TARGETS, "seeds": list(VICTIM_SEEDS)},
              1.5 * POSITION_TARGETS, (("position", f"MLP {POSITION_TARGETS} targets"),)),
+        Task(f"position {POSITION_TRANSFER}", position_transfer_task,
+             {"surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": CONTROL_SETTINGS[POSITION_TRANSFER][2],
+              "dose": POSITION_TRANSFER_DOSE},
+             300.0, (("position", f"{POSITION_TRANSFER} "
+                      f"{POSITION_TRANSFER_DOSE * CONTROL_EPS_GRAY:g} gray"),)),
     ] + [
         Task(f"wide MLP scratch {CONTROL_EPS_GRAY:g} gray, decay {w:g}", wide_weight_decay_task,
              {"weight_decay": w, "surrogate_seed": SURROGATE_SEED,
@@ -1262,7 +1365,15 @@ def control_settings() -> dict:
                      "preregistered": "outcome: the adversarial margin per (target, seed) pair, "
                      "paired between 'last row' and 'first row'; one-sided sign test at 5 % that "
                      "'last row' > 'first row'; flips per arm with Wilson intervals by target; "
-                     "sizes matched when the median per-poison l2 ratio is within 10 % of 1"},
+                     "sizes matched when the median per-poison l2 ratio is within 10 % of 1",
+                     "s4d_transfer": {
+                         "victims": "the control's S4D transfer setting (a linear head on a frozen "
+                         "S4D extractor)", "dose": POSITION_TRANSFER_DOSE,
+                         "eps_gray": POSITION_TRANSFER_DOSE * CONTROL_EPS_GRAY,
+                         "budget": CONTROL_BUDGET, "targets": CONTROL_TARGETS,
+                         "victim_seeds": CONTROL_SETTINGS[POSITION_TRANSFER][2],
+                         "steps": CONTROL_STEPS, "restarts": CONTROL_RESTARTS,
+                         "preregistered": "the same rule as the MLP run"}},
     }
 
 

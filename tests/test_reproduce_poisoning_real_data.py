@@ -296,3 +296,26 @@ def test_the_position_task_on_a_tiny_size():
     key = f"MLP {rp.POSITION_TARGETS} targets"
     assert tasks[f"position {key}"].writes == (("position", key),)
     assert tasks[f"position {key}"].kwargs["targets_n"] == 64
+
+
+def test_the_position_task_on_the_s4d_head_on_a_tiny_size(monkeypatch):
+    """The same arms on the control's S4D-transfer victim: one outcome and margin per pair, each
+    random control of its arm's size, the task declared at the control's dose."""
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", 2)
+    monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1))
+    monkeypatch.setattr(rp, "S4D_CONTROL_EPOCHS", 1)
+    out = rp.position_transfer_task(surrogate_seed=100, extractor_seed=200, target_seed=0,
+                                    attack_seed=1, victim_seeds=[0, 3])
+    record = out[("position", "S4D transfer 6 gray")]
+    _plain(record)
+    arms = record["arms"]
+    assert tuple(arms) == rp.POSITION_ARMS and record["budget"] == rp.CONTROL_BUDGET
+    assert record["eps_gray"] == 6.0 and record["reg_factor"] == 1.0
+    for arm in ("last row", "first row"):
+        ratio = arms[f"random {arm}"]["size_ratio"]
+        assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    for arm in arms.values():
+        assert len(arm["success"]) == 4 and np.array_equal(arm["success"], arm["margin"] > 0)
+    tasks = {t.key: t for t in rp.tasks()}
+    assert tasks["position S4D transfer"].writes == (("position", "S4D transfer 6 gray"),)
