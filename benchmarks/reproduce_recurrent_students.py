@@ -7,7 +7,9 @@ PyTorch's standard initialization, trained by Adam on Gaussian sequences of leng
 mean absolute gap between student and teacher outputs on random inputs; ten seeds. The threshold
 sits near k_g = 40, four times the teacher's width.
 
-``run()`` (``make reproduce``, on the CPU) runs the experiment with every width divided by
+``tasks()`` and ``finish()`` (``make reproduce CHAPTERS=recurrent-students``, on the CPU)
+regenerate only ``recurrent-students.json``; the four other committed files come from the four
+commands below. That run repeats the experiment with every width divided by
 10/3 — teacher width 3, students of width 30 — and with the training lengths, the evaluation
 window and the target's time scales divided alike, so that the paper's threshold reads 4 × 3 = 12:
 at the paper's widths one run costs hours of CPU. ``python
