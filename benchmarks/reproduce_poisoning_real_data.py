@@ -1024,6 +1024,28 @@ def arm_sizes(delta: torch.Tensor, row: int) -> dict:
             "first_row_share": gm.last_elements_rel_size(delta.flip(-1), row)}
 
 
+def position_arms(out: dict, margin: np.ndarray, fit: np.ndarray, held_out: np.ndarray,
+                  deltas: dict, n_pairs: int, surrogate, xt: torch.Tensor, brew, x: torch.Tensor,
+                  victim) -> dict:
+    """The position tasks' record of each arm of POSITION_ARMS: its ``n_pairs`` (target, seed)
+    outcomes, Pr(adversarial class) and margins (the arm's slice of the retrained runs, arms in
+    POSITION_ARMS order), fits, sizes (:func:`arm_sizes`) and matching loss; each random control
+    also gets its size ratio to its arm (gm.size_ratio)."""
+    arms = {}
+    for k, arm in enumerate(POSITION_ARMS):
+        part_slice = slice(k * n_pairs, (k + 1) * n_pairs)
+        arms[arm] = {
+            "success": out["success"][part_slice].astype(int),
+            "p_adv": out["p_adv"][part_slice], "margin": margin[part_slice],
+            "train_accuracy": fit[part_slice], "held_out_accuracy": held_out[part_slice],
+            "sizes": arm_sizes(deltas[arm], ROW),
+            "matching_loss": gm.matching_loss(surrogate, xt, brew, x, deltas[arm], victim=victim),
+        }
+    for arm in POSITION_ARMS[:2]:
+        arms[f"random {arm}"]["size_ratio"] = gm.size_ratio(deltas[f"random {arm}"], deltas[arm])
+    return arms
+
+
 def position_task(*, targets_n: int, seeds: list[int], attack_seed: int = 1,
                   steps: int | None = None, epochs: int | None = None) -> dict:
     """Does the position of the penalty's free row matter, at matched size? The setting of the
@@ -1093,21 +1115,9 @@ def position_task(*, targets_n: int, seeds: list[int], attack_seed: int = 1,
         "attack_seconds": attack_seconds,
         "clean": {k: v.astype(int) if v.dtype == bool else v for k, v in
                   gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()},
-        "arms": {},
     }
-    for k, arm in enumerate(POSITION_ARMS):
-        part_slice = slice(k * n_pairs, (k + 1) * n_pairs)
-        record["arms"][arm] = {
-            "success": out["success"][part_slice].astype(int),
-            "p_adv": out["p_adv"][part_slice], "margin": margin[part_slice],
-            "train_accuracy": fit[part_slice], "held_out_accuracy": held_out[part_slice],
-            "sizes": arm_sizes(deltas[arm], ROW),
-            "matching_loss": gm.matching_loss(surrogate, xt, brews[0], x, deltas[arm],
-                                              victim=victim),
-        }
-    for arm in POSITION_ARMS[:2]:
-        record["arms"][f"random {arm}"]["size_ratio"] = gm.size_ratio(deltas[f"random {arm}"],
-                                                                      deltas[arm])
+    record["arms"] = position_arms(out, margin, fit, held_out, deltas, n_pairs,
+                                   surrogate, xt, brews[0], x, victim)
     record["first_to_last_size_ratio"] = gm.size_ratio(deltas["first row"], deltas["last row"])
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu
@@ -1188,21 +1198,9 @@ def position_transfer_task(*, surrogate_seed: int, extractor_seed: int, target_s
         "attack_seconds": attack_seconds,
         "clean": {k: v.astype(int) if v.dtype == bool else v for k, v in
                   gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()},
-        "arms": {},
     }
-    for k, arm in enumerate(POSITION_ARMS):
-        part_slice = slice(k * n_pairs, (k + 1) * n_pairs)
-        record["arms"][arm] = {
-            "success": out["success"][part_slice].astype(int),
-            "p_adv": out["p_adv"][part_slice], "margin": margin[part_slice],
-            "train_accuracy": fit[part_slice], "held_out_accuracy": held_out[part_slice],
-            "sizes": arm_sizes(deltas[arm], ROW),
-            "matching_loss": gm.matching_loss(surrogate, xt, brews[0], x, deltas[arm],
-                                              victim=victim),
-        }
-    for arm in POSITION_ARMS[:2]:
-        record["arms"][f"random {arm}"]["size_ratio"] = gm.size_ratio(deltas[f"random {arm}"],
-                                                                      deltas[arm])
+    record["arms"] = position_arms(out, margin, fit, held_out, deltas, n_pairs,
+                                   surrogate, xt, brews[0], x, victim)
     record["first_to_last_size_ratio"] = gm.size_ratio(deltas["first row"], deltas["last row"])
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu
