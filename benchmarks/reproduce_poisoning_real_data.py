@@ -1024,6 +1024,31 @@ def arm_sizes(delta: torch.Tensor, row: int) -> dict:
             "first_row_share": gm.last_elements_rel_size(delta.flip(-1), row)}
 
 
+def position_deltas(brews: list, x: torch.Tensor, eps: float, data_range, attack_seed: int):
+    """The position tasks' four perturbations (POSITION_ARMS): the two brews' (last row, first row
+    spared) and a random control of each one's size (gm.random_perturbations, seeds
+    attack_seed + 1 and + 2); the poisons' indices, and both concatenated in POSITION_ARMS order
+    for one retraining."""
+    index = brews[0].poison_index
+    deltas = dict(zip(POSITION_ARMS[:2], (b.delta for b in brews), strict=True))
+    for k, arm in enumerate(POSITION_ARMS[:2]):
+        deltas[f"random {arm}"] = gm.random_perturbations(x[index], deltas[arm], eps, data_range,
+                                                          seed=attack_seed + 1 + k)
+    all_delta = torch.cat([deltas[a] for a in POSITION_ARMS])
+    return index, deltas, torch.cat([index] * len(POSITION_ARMS)), all_delta
+
+
+def position_outcomes(victim, params, xt, yt, targets: list, adversarial: list, seeds: list):
+    """The (target, seed) pairs, target-major, and each arm's outcome (gm.target_outcome) and
+    adversarial margin on them, the arms' runs in POSITION_ARMS order."""
+    pair_t = [t for t in targets for _ in seeds]
+    pair_a = [a for a in adversarial for _ in seeds]
+    n_arms = len(POSITION_ARMS)
+    out = gm.target_outcome(victim, params, xt, yt, pair_t * n_arms, pair_a * n_arms)
+    margin = adversarial_margin(victim, params, xt, pair_t * n_arms, pair_a * n_arms)
+    return pair_t, pair_a, out, margin
+
+
 def position_arms(out: dict, margin: np.ndarray, fit: np.ndarray, held_out: np.ndarray,
                   deltas: dict, n_pairs: int, surrogate, xt: torch.Tensor, brew, x: torch.Tensor,
                   victim) -> dict:
@@ -1088,19 +1113,11 @@ def position_task(*, targets_n: int, seeds: list[int], attack_seed: int = 1,
     brews = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, budget, eps, data_range,
                     configs, seed=attack_seed, victim=victim)
     attack_seconds = time.perf_counter() - t0
-    index = brews[0].poison_index
-    deltas = dict(zip(POSITION_ARMS[:2], (b.delta for b in brews), strict=True))
-    for k, arm in enumerate(POSITION_ARMS[:2]):
-        deltas[f"random {arm}"] = gm.random_perturbations(x[index], deltas[arm], eps, data_range,
-                                                          seed=attack_seed + 1 + k)
-    all_delta = torch.cat([deltas[a] for a in POSITION_ARMS])
-    all_index = torch.cat([index] * len(POSITION_ARMS))
+    index, deltas, all_index, all_delta = position_deltas(brews, x, eps, data_range, attack_seed)
     params = gm.retrain(victim, x, y, all_index, all_delta, seeds)
-    pair_t = [t for t in targets for _ in seeds]
-    pair_a = [a for a in adversarial for _ in seeds]
-    n_arms, n_pairs = len(POSITION_ARMS), len(pair_t)
-    out = gm.target_outcome(victim, params, xt, yt, pair_t * n_arms, pair_a * n_arms)
-    margin = adversarial_margin(victim, params, xt, pair_t * n_arms, pair_a * n_arms)
+    pair_t, pair_a, out, margin = position_outcomes(victim, params, xt, yt, targets, adversarial,
+                                                    seeds)
+    n_pairs = len(pair_t)
     x_fit, y_fit = gm.poisoned_sets(x, y, all_index, all_delta)
     x_fit, y_fit = x_fit.repeat_interleave(len(seeds), 0), y_fit.repeat_interleave(len(seeds), 0)
     fit = accuracy(params, x_fit, y_fit).numpy()
@@ -1165,19 +1182,11 @@ def position_transfer_task(*, surrogate_seed: int, extractor_seed: int, target_s
     brews = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, CONTROL_BUDGET, eps,
                     data_range, configs, seed=attack_seed, victim=victim)
     attack_seconds = time.perf_counter() - t0
-    index = brews[0].poison_index
-    deltas = dict(zip(POSITION_ARMS[:2], (b.delta for b in brews), strict=True))
-    for k, arm in enumerate(POSITION_ARMS[:2]):
-        deltas[f"random {arm}"] = gm.random_perturbations(x[index], deltas[arm], eps, data_range,
-                                                          seed=attack_seed + 1 + k)
-    all_delta = torch.cat([deltas[a] for a in POSITION_ARMS])
-    all_index = torch.cat([index] * len(POSITION_ARMS))
+    index, deltas, all_index, all_delta = position_deltas(brews, x, eps, data_range, attack_seed)
     params = gm.retrain(victim, x, y, all_index, all_delta, victim_seeds)
-    pair_t = [t for t in targets for _ in victim_seeds]
-    pair_a = [a for a in adversarial for _ in victim_seeds]
-    n_arms, n_pairs = len(POSITION_ARMS), len(pair_t)
-    out = gm.target_outcome(victim, params, xt, yt, pair_t * n_arms, pair_a * n_arms)
-    margin = adversarial_margin(victim, params, xt, pair_t * n_arms, pair_a * n_arms)
+    pair_t, pair_a, out, margin = position_outcomes(victim, params, xt, yt, targets, adversarial,
+                                                    victim_seeds)
+    n_pairs = len(pair_t)
     x_fit, y_fit = gm.poisoned_sets(x, y, all_index, all_delta)
     reps = len(victim_seeds)
     fit = tv.accuracy(victim, params, x_fit.repeat_interleave(reps, 0),
