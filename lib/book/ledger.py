@@ -20,7 +20,9 @@ What the paper's number is (``paper_stat``)
     precision of a run the authors made in single precision needs a tolerance that also covers the
     difference of precision (the chapter states it): the last digit of a single-precision printout
     alone tests the rebuild's arithmetic, not the paper's number, so such a rebuild is compared at
-    the resolution at which the paper shows the value.
+    the resolution at which the paper shows the value. Where the chapter has derived no such
+    tolerance before measuring, the rebuild is recorded as an illustration
+    (``in_hypotheses=False``): at the precision the printout resolves, it is not the paper's run.
 ``"single"``
     one random run of the paper (one seed, one figure).
 ``"mean"``, ``"median"``, ``"max"``, ``"min"``
@@ -88,12 +90,15 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    inconclusive.
    Too few runs: when rule 3, 4 or 6 would reproduce the paper's value from fewer than
    :data:`MIN_RUNS` = 19 runs (seeds) of ours, the agreement is **weak evidence**. The floor is
-   that of a 90 % prediction interval: a further run of the same distribution falls outside the
-   range of ``n`` runs with probability ``2/(n + 1)``, which is at most ``1 − LEVEL = 0.1`` only
-   from ``n = 19`` on; with fewer runs even their whole range is not a central 90 % of the
-   distribution they stand for, and its 5th and 95th percentiles are interpolations between the
-   two smallest and the two largest runs (two runs hold every value between them). Rule 7 comes
-   first here too.
+   a minimum sample size: from ``n = 19`` on, the whole range of ``n`` runs would be at least a
+   90 % prediction interval (a further run of the same distribution falls outside it with probability
+   ``2/(n + 1)``, at most ``1 − LEVEL = 0.1`` only from ``n = 19`` on); with fewer runs even their
+   whole range is not a central 90 % of the distribution they stand for. The band the rule uses,
+   the interpolated 5th to 95th percentiles, is narrower than the range: a further run falls
+   outside it with probability :func:`band_miss_share` ``(n)`` ``= 2(1 + 0.05(n − 1))/(n + 1)``
+   for runs of a uniform distribution (0.19 at ``n = 19``, 0.16 at 30, 0.13 at 63, tending to
+   0.1; a little less for normal runs), so it is a central 90 % of our runs, not a 90 %
+   prediction interval. Rule 7 comes first here too.
 9. Otherwise **differs** when the chapter gives a one-line ``reason`` and the label of the
    paragraph that shows it (``explain``), else **not reproduced**. Both are misses: the rule
    records that a reason is given and does not weigh it, so the page's count lines give the
@@ -201,9 +206,10 @@ PAPER_STATS = ("exact", "single", "mean", "median", "max", "min", "interval")
 _SUBSET_STATS = ("mean", "median", "max", "min")
 #: The level of the rule: the central 90 % of our distribution of the same statistic.
 LEVEL = 0.90
-#: The fewest runs (seeds) of ours from which rules 3, 4 and 6 reproduce a paper's value (rule 8):
-#: a further run of the same distribution falls outside the range of n runs with probability
-#: 2/(n + 1), at most 1 - LEVEL only from n = 19 on.
+#: The fewest runs (seeds) of ours from which rules 3, 4 and 6 reproduce a paper's value (rule 8),
+#: a minimum sample size: a further run of the same distribution falls outside the whole range of
+#: n runs with probability 2/(n + 1), at most 1 - LEVEL only from n = 19 on. The rule's band (the
+#: interpolated percentiles, :func:`_band`) is narrower: see :func:`band_miss_share`.
 MIN_RUNS = 19
 #: The words a record's ``note`` ends with when its status rests on a reading of the paper's words
 #: that the row states (e.g. "≲" read as "≤"): the Reproductions page names such rows beside its
@@ -1278,6 +1284,24 @@ def _cell(text: str | None) -> str:
         typeset.scientific((text or "").replace("|", r"\|").replace("\n", " ")))
 
 
+def band_miss_share(n: int) -> float:
+    """The probability that a further run falls outside the band of ``n`` runs (:func:`_band`,
+    numpy's linear interpolation) when the runs are independent and uniformly distributed.
+
+    The band's lower end sits at the 0-based position ``h = (n − 1)·t`` of the sorted runs,
+    ``t = (1 − LEVEL)/2``, between order statistics whose expected shares below are ``j/(n + 1)``;
+    the interpolation is linear in the values, so for uniform runs the expected share below it is
+    ``(1 + h)/(n + 1)``, and by symmetry the miss probability is ``2(1 + (n − 1)t)/(n + 1)``. It
+    exceeds ``1 − LEVEL`` for every ``n`` and tends to it as ``n`` grows. For other continuous
+    distributions it is approximate (a Monte Carlo in ``tests/test_ledger.py`` gives a little
+    less for normal runs).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"band_miss_share needs an integer number of runs n >= 2, got {n!r}")
+    tail = (1 - LEVEL) / 2
+    return 2 * (1 + (n - 1) * tail) / (n + 1)
+
+
 def rule_markdown() -> str:
     """The rule in plain words, as the *Reproductions* page states it before its tables."""
     share, tail = _share(), round(100 * (1 - LEVEL) / 2)
@@ -1302,12 +1326,11 @@ def rule_markdown() -> str:
         "precision is held to a tolerance that also covers the difference of precision, never "
         "to the last digit of a single-precision printout alone (that would test the rebuild's "
         "arithmetic, not the paper's number), so such a row compares at the resolution at which "
-        "the paper shows the value (one exception, named in its rows: the effective ranks of "
-        "{doc}`greedy-learning`'s float64 rebuilds of the authors' float32 runs are held to "
-        "the printout's last digit, the rule fixed before they were measured, since no "
-        "tolerance for the difference of precision was derived for them; one pixel of the "
-        "authors' plot is shown beside them as a reading made afterwards, never as the "
-        "verdict's tolerance); a paper's single run lies in the middle "
+        "the paper shows the value (where no tolerance for the difference of precision was "
+        "derived before measuring, as for the effective ranks of {doc}`greedy-learning`'s "
+        "float64 rebuilds of the authors' float32 runs, the row is an illustration: at the "
+        "precision the printout resolves, the rebuild is not the paper's setting); a paper's "
+        "single run lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles); a paper's statistic of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
@@ -1326,9 +1349,18 @@ def rule_markdown() -> str:
         "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
         "4): the row shows our values beside the band. For that reason a paper's value is "
         f"reproduced this way (a run, a statistic or a range) only from at least {MIN_RUNS} runs "
-        f"of ours: a further run falls outside the range of *n* runs with probability "
-        f"2/(*n* + 1), at most {round(100 * (1 - LEVEL))}\u00a0% only from *n* = {MIN_RUNS} on; "
-        "with fewer, an agreement is weak evidence. Where the paper's value sits among ours, the "
+        "of ours; with fewer, an agreement is weak evidence. This floor is a minimum sample "
+        f"size: from *n* = {MIN_RUNS} on, the whole range of our *n* runs, smallest to largest, "
+        f"would be at least a {round(100 * LEVEL)}\u00a0% prediction interval (a further run "
+        "falls "
+        "outside it with probability 2/(*n* + 1)). The band the rule uses, between the "
+        "interpolated percentiles, is narrower: a further run falls outside it with probability "
+        f"2(1 + {tail / 100:g}(*n* − 1))/(*n* + 1) for runs of a uniform distribution (a little "
+        "less for normal runs), "
+        + ", ".join(f"{_percent(band_miss_share(n))} at *n* = {n}" for n in (MIN_RUNS, 30, 63))
+        + f", tending to {round(100 * (1 - LEVEL))}\u00a0% as *n* grows: the band is the middle "
+        f"{share} of our runs, not a {round(100 * LEVEL)}\u00a0% prediction interval for a "
+        "further run. Where the paper's value sits among ours, the "
         "row gives the share of ours below it, and the share equal to it where there is one;",
         "- **weak evidence**: only one value of ours stands against a random number of the paper "
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
@@ -1362,7 +1394,9 @@ def rule_markdown() -> str:
         "precision where the authors used single (an exact comparison of such a rebuild with a "
         "printout of single precision then needs a tolerance that covers the difference of "
         "precision, which the chapter states; a tolerance of the printout's last digit alone "
-        "tests the rebuild's arithmetic, not the paper's number), gradient flow where the "
+        "tests the rebuild's arithmetic, not the paper's number, and a rebuild for which no "
+        "such tolerance was derived before measuring is an illustration, as said under "
+        "reproduced), gradient flow where the "
         "statement is about gradient flow and the paper's figure approximates it by descent "
         "with small steps, and a "
         "threshold, horizon, stopping rule, step budget or detector of our own choosing; a row "
@@ -1658,7 +1692,9 @@ def page_markdown(ledger: dict) -> str:
             + (f"{_plural(len(printed), 'comparison')} with about "
                f"{_plural(len(_paper_numbers(printed)), 'number')} of it: "
                f"{_source_counts([e for _, e in printed], papers='')}. "
-               if printed else "No value of this paper is recorded. ")
+               if printed else "No value of this paper is recorded (a chapter may set its runs "
+               "beside the paper's figures without recording a value: see the chapters of the "
+               "checks below). ")
             + (f"{_plural(len(tested), 'check')}: "
                f"{_check_counts([e for _, e in tested], papers='')}." if tested
                else "No check of its statements is recorded."), "",
