@@ -7,8 +7,9 @@ Usage::
 
 Paths are printed one per line, relative to the repository root. A page counts as a notebook when
 it is an ``.ipynb`` file or a ``.md`` file whose front matter has a ``jupytext`` or ``kernelspec``
-entry; plain MyST pages (the notation, the bibliography) have no code to execute. The Makefile (``make
-test``, ``make student``) and the benchmarks use this, so the list of chapters lives in one place.
+entry; plain MyST pages (the notation, the bibliography) have no code to execute. The Makefile
+(``make test``, ``make student``) and the benchmarks use this, so the list of chapters lives in one
+place.
 """
 
 from __future__ import annotations
