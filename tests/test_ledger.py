@@ -982,3 +982,37 @@ def test_a_status_that_rests_on_a_reading_is_named_beside_the_counts(chapter):
     assert "`, §6, the loss (not reproduced)" in page and "Table 1 (" not in page
     plain = {k: v for k, v in _entries(chapter).items() if k == "plain"}
     assert "our reading of the paper's words" not in ledger.page_markdown({"ch": plain})
+
+
+@pytest.mark.parametrize("n", [ledger.MIN_RUNS, 30, 63])
+def test_the_band_misses_a_further_run_as_often_as_the_page_says(n):
+    """The rule's band (interpolated 5th..95th percentiles of n runs) is narrower than the range:
+    a further run falls outside it with probability 2(1 + 0.05(n - 1))/(n + 1) for uniform runs
+    (0.19 at n = 19, 0.158 at 30, 0.128 at 63), which a Monte Carlo of 40 000 draws must meet
+    within 4 of its standard errors; normal runs miss it a little less often, but more often than
+    the whole range (2/(n + 1)). The floor of 19 runs is a minimum sample size, not a coverage."""
+    trials = 40_000
+    expected = ledger.band_miss_share(n)
+    assert expected > 1 - ledger.LEVEL
+    assert ledger.band_miss_share(19) == pytest.approx(0.19)
+    rng = np.random.default_rng(20261129)
+    for draw, exact in ((rng.random, True), (rng.standard_normal, False)):
+        runs, further = draw((trials, n)), draw(trials)
+        low, high = np.percentile(runs, [5, 95], axis=1, method="linear")
+        band = ledger._band(runs[0])
+        assert band == pytest.approx([low[0], high[0]])  # the rule's own band
+        miss = float(np.mean((further < low) | (further > high)))
+        error = 4 * np.sqrt(expected * (1 - expected) / trials)
+        if exact:
+            assert abs(miss - expected) <= error
+        else:
+            assert 2 / (n + 1) < miss <= expected + error
+    with pytest.raises(ValueError):
+        ledger.band_miss_share(1)
+
+
+def test_the_rule_text_gives_the_band_s_coverage_beside_the_floor():
+    text = ledger.rule_markdown()
+    assert "minimum sample size" in text
+    for n, share in ((ledger.MIN_RUNS, "19\u00a0%"), (30, "16\u00a0%"), (63, "13\u00a0%")):
+        assert f"{share} at *n* = {n}" in text
