@@ -35,7 +35,8 @@ side by side, about half an hour of wall time on two shared cores.
 ``python benchmarks/reproduce_recurrent_students.py --linear OUT_DIR`` writes
 ``recurrent-students-linear.json``: the paper's own contrast as a control of the threshold test,
 linear students on the same teachers, lengths, seeds and criterion (``LINEAR``), a few minutes of
-one core.
+one core; ``--linear-period OUT_DIR`` writes ``recurrent-students-linear-period.json``, the same
+control at a second target period (``LINEAR_PERIOD``).
 
 Every run of one setting (ten seeds × all lengths) is one batch of GRUs
 (:mod:`lib.ssm.gru_students`): the runs read sequences of the longest length and each learns its
@@ -279,12 +280,16 @@ THRESHOLD = {"teacher_width": 3, "student_width": 30, "widths": [2, 3, 4, 5, 6],
              "seed_groups": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]}
 
 
-def threshold_target(length: int) -> torch.Tensor:
-    """ρ^j cos(2π j 3 / T) + ½ σ^j with ρ = 0.3^{1/T}, σ = 0.1^{1/T} (T = ``length``): a damped
-    cosine (three periods, 30 % left at the window's end) plus a decaying exponential, linear
-    order 3; it decays slowly, so that forgetting costs something even at six widths."""
+def threshold_target(length: int, periods: int = 3) -> torch.Tensor:
+    """ρ^j cos(2π j p / T) + ½ σ^j with ρ = 0.3^{1/T}, σ = 0.1^{1/T} (T = ``length``, p =
+    ``periods``, 3 in every committed GRU run): a damped cosine (p periods, 30 % left at the
+    window's end) plus a decaying exponential, linear order 3; it decays slowly, so that forgetting
+    costs something even at six widths."""
+    if periods < 1:
+        raise ValueError(f"periods must be a positive integer, got {periods}")
     j = torch.arange(length, dtype=torch.float64)
-    return 0.3 ** (j / length) * torch.cos(2 * math.pi * j * 3 / length) + 0.5 * 0.1 ** (j / length)
+    return (0.3 ** (j / length) * torch.cos(2 * math.pi * j * periods / length)
+            + 0.5 * 0.1 ** (j / length))
 
 
 def hankel_values(response: np.ndarray) -> np.ndarray:
@@ -401,6 +406,17 @@ def threshold(out_dir: Path) -> Path:
 #: (k = 9) on; at 2 widths (k = 6 = 2·3) the theorem guarantees nothing.
 LINEAR = {"init_std": 1e-5, "seeds": list(range(10))}
 
+#: The linear control again with a second target period (``--linear-period OUT_DIR``), decided
+#: before it ran (29 Nov 2026, 21:20 UTC), because the committed target's cosine period T / 3 = 4
+#: teacher widths coincides with the paper's GRU threshold: the same teachers' recipe, seeds,
+#: students, lengths, budget and criterion, with the target's cosine at two periods over the window
+#: (period T / 2 = 18 steps = 6 teacher widths; decay rates unchanged). The question, fixed before
+#: the run: does the linear students' crossing of R = 1/2 (between 3 and 4 widths with period 4)
+#: move with the period? If the period sets it, the crossing moves towards 6 widths; if the
+#: linear order 3 sets it (Theorem 5's k > 2·3 reading), it stays at 3 to 4 widths or below. The
+#: GRU test at this period (about 48 minutes of wall time) was not run.
+LINEAR_PERIOD = {"periods": 2, "period_widths": 6}
+
 
 def linear_impulse(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, steps: int) -> torch.Tensor:
     """h_j = C A^j B for j < ``steps`` of R linear RNNs: a (R, H, H), b and c (R, H) ->
@@ -420,17 +436,19 @@ def linear_outputs(h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows, -1)
 
 
-def linear_control_run() -> dict:
+def linear_control_run(periods: int = 3) -> dict:
     """Linear students on the threshold test's teachers (``LINEAR``; ``THRESHOLD`` and COMMON
     otherwise), every seed and width in one batch: per width × seed the student's error (in the
     order of ``gs.gru_tail_errors``), the window-only predictor's, the steps and best step; per
-    seed the teacher's impulse response (the same teachers as the threshold test's)."""
+    seed the teacher's impulse response (the same teachers as the threshold test's; with another
+    ``periods``, teachers of the same recipe on that target, ``LINEAR_PERIOD``)."""
     s = {**COMMON, **THRESHOLD}
+    target_now = threshold_target(s["length"], periods)
     seeds = LINEAR["seeds"]
     ks = [m * s["teacher_width"] for m in s["widths"]]
     torch.set_num_threads(1)
     start = time.perf_counter()
-    teacher_sets = [gs.train_gru_teachers(s["teacher_width"], threshold_target(s["length"]), g,
+    teacher_sets = [gs.train_gru_teachers(s["teacher_width"], target_now, g,
                                           init_scale=s["teacher_init"], steps=s["teacher_steps"],
                                           lr=s["teacher_lr"], dtype=s["dtype"],
                                           fit=s["teacher_fit"], n_fit=s["teacher_fit_sequences"])
@@ -520,7 +538,7 @@ def linear_control_run() -> dict:
     errors = np.array([gaps[r, k:].max().item() for r, k in enumerate(pair_ks)])
     # the target filter itself as a predictor of the teacher (same order of operations): a linear
     # student that learned the target exactly would have this error
-    target = threshold_target(s["length"]).expand(runs, -1)
+    target = target_now.expand(runs, -1)
     filtered = linear_outputs(target, x.double().expand(runs, -1, -1))
     filter_gaps = (filtered - y_teacher).abs().mean(1)
     filter_errors = np.array([filter_gaps[r, k:].max().item() for r, k in enumerate(pair_ks)])
@@ -536,16 +554,16 @@ def linear_control_run() -> dict:
     # The second arm: a LINEAR teacher whose impulse response is the target itself (order 3), the
     # same linear students, sequences, lengths and criterion; its forgetting predictor keeps the
     # target's first k entries (the teacher on the last k inputs), computed on the same sequences.
-    target_k = threshold_target(s["length"]).float()
+    target_k = target_now.float()
     lin_labels = (train_w * target_k[None, None, :longest]).sum(-1)
     lin_held = (held_w * target_k[None, None, :longest]).sum(-1)
     lin_best, lin_loss, lin_best_step, lin_stopped = fit(lin_labels, lin_held)
     with torch.no_grad():
         h_lin = linear_impulse(*lin_best, s["length"]).double()
         xs = x.double().expand(runs, -1, -1)
-        y_lin_teacher = linear_outputs(threshold_target(s["length"]).expand(runs, -1), xs)
+        y_lin_teacher = linear_outputs(target_now.expand(runs, -1), xs)
         lin_gaps = (linear_outputs(h_lin, xs) - y_lin_teacher).abs().mean(1)
-        tails = threshold_target(s["length"]).expand(runs, -1).clone()
+        tails = target_now.expand(runs, -1).clone()
         for r, k in enumerate(pair_ks):
             tails[r, :k] = 0.0  # what the forgetting predictor misses: the entries j >= k
         tail_gaps = linear_outputs(tails, xs).abs().mean(1)
@@ -584,30 +602,48 @@ def linear_finish(results: dict) -> dict:
     return {"results": results}
 
 
-def linear(out_dir: Path) -> Path:
-    """Runs the linear control and writes recurrent-students-linear.json into ``out_dir``."""
+def linear_period_task() -> dict:
+    out = linear_control_run(LINEAR_PERIOD["periods"])
+    out.pop("seconds")
+    return {("linear_period",): out}
+
+
+def linear_period_tasks() -> list:
+    """The linear control at the second target period (``LINEAR_PERIOD``)."""
+    from tasks import Task
+
+    return [Task("linear_period", linear_period_task, {}, 600.0, (("linear_period",),))]
+
+
+def linear(out_dir: Path, second_period: bool = False) -> Path:
+    """Runs the linear control and writes recurrent-students-linear.json into ``out_dir`` (with
+    ``second_period``: at ``LINEAR_PERIOD``'s target, recurrent-students-linear-period.json)."""
     from lib.book.results import _plain
 
     start = time.perf_counter()
     cpu = time.process_time()
-    result = linear_task()[("linear",)]
+    name = "linear_period" if second_period else "linear"
+    result = (linear_period_task() if second_period else linear_task())[(name,)]
     record = {
-        "chapter": "recurrent-students-linear",
-        "command": "python benchmarks/reproduce_recurrent_students.py --linear OUT_DIR",
+        "chapter": "recurrent-students-" + name.replace("_", "-"),
+        "command": "python benchmarks/reproduce_recurrent_students.py --"
+                   + name.replace("_", "-") + " OUT_DIR",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": time.perf_counter() - start,
         "cpu_seconds": time.process_time() - cpu,
         "environment": {**environment(), "device": "cpu"},
         "settings": {"linear": LINEAR, "threshold": THRESHOLD, "common": COMMON, "device": "cpu",
-                     "array axes": "training length (widths), seed (impulse responses: then step)"},
+                     "array axes": "training length (widths), seed (impulse responses: then step)",
+                     **({"linear_period": LINEAR_PERIOD} if second_period else {})},
         "seeds": LINEAR["seeds"],
-        "results": {"linear": result},
+        "results": {name: result},
     }
     import reproduce
 
     plain = json.loads(json.dumps(_plain(record["results"])))
-    record["tasks"] = reproduce.task_records(linear_tasks(), plain)
-    path = Path(out_dir) / "recurrent-students-linear.json"
+    record["tasks"] = reproduce.task_records(
+        linear_period_tasks() if second_period else linear_tasks(), plain)
+    path = Path(out_dir) / ("recurrent-students-" + name.replace("_", "-") + ".json")
     path.write_text(json.dumps(_plain(record), indent=1) + "\n")
     return path
 
@@ -616,7 +652,8 @@ FILES = {"recurrent-students": (tasks, finish),
          "recurrent-students-paper-scale": (paper_scale_tasks, paper_scale_finish),
          "recurrent-students-probe": (probe_tasks, probe_finish),
          "recurrent-students-threshold": (threshold_tasks, threshold_finish),
-         "recurrent-students-linear": (linear_tasks, linear_finish)}
+         "recurrent-students-linear": (linear_tasks, linear_finish),
+         "recurrent-students-linear-period": (linear_period_tasks, linear_finish)}
 """The committed files this module writes: file name -> (tasks, finish)."""
 
 
@@ -658,6 +695,9 @@ if __name__ == "__main__":
     elif len(sys.argv) == 3 and sys.argv[1] == "--linear":
         torch.set_num_threads(1)
         print(linear(Path(sys.argv[2])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--linear-period":
+        torch.set_num_threads(1)
+        print(linear(Path(sys.argv[2]), second_period=True))
     elif len(sys.argv) == 3 and sys.argv[1] == "--probe":
         torch.set_num_threads(1)
         print(probe(Path(sys.argv[2])))
