@@ -91,9 +91,10 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    Too few runs: when rule 3, 4 or 6 would reproduce the paper's value from fewer than
    :data:`MIN_RUNS` = 19 runs (seeds) of ours, the agreement is **weak evidence**. The floor is
    a minimum sample size: from ``n = 19`` on, the whole range of ``n`` runs would be at least a
-   90 % prediction interval (a further run of the same distribution falls outside it with probability
-   ``2/(n + 1)``, at most ``1 − LEVEL = 0.1`` only from ``n = 19`` on); with fewer runs even their
-   whole range is not a central 90 % of the distribution they stand for. The band the rule uses,
+   90 % prediction interval (a further run of the same distribution falls outside it with
+   probability ``2/(n + 1)``, at most ``1 − LEVEL = 0.1`` only from ``n = 19`` on); with fewer
+   runs even their whole range is not a central 90 % of the distribution they stand for. The
+   band the rule uses,
    the interpolated 5th to 95th percentiles, is narrower than the range: a further run falls
    outside it with probability :func:`band_miss_share` ``(n)`` ``= 2(1 + 0.05(n − 1))/(n + 1)``
    for runs of a uniform distribution (0.19 at ``n = 19``, 0.16 at 30, 0.13 at 63, tending to
@@ -1318,7 +1319,8 @@ def rule_markdown() -> str:
         "(mean, median, largest or smallest) of a stated number of runs, or a **range** the paper"
         " states. Then:",
         "",
-        "- **reproduced**: an exact value agrees with ours within the tolerance shown, which the "
+        "- **reproduced**, by what the paper's value is:",
+        "  - an **exact** value agrees with ours within the tolerance shown, which the "
         "chapter states and the row names where it is a reading's: half a unit of the last digit "
         "the paper prints, a pixel of the plot the value is read from (for a value the paper "
         "shows only as a curve, a pixel of the figure that shows it), or half the bracket that "
@@ -1329,19 +1331,22 @@ def rule_markdown() -> str:
         "the paper shows the value (where no tolerance for the difference of precision was "
         "derived before measuring, as for the effective ranks of {doc}`greedy-learning`'s "
         "float64 rebuilds of the authors' float32 runs, the row is an illustration: at the "
-        "precision the printout resolves, the rebuild is not the paper's setting); a paper's "
-        "single run lies in the middle "
+        "precision the printout resolves, the rebuild is not the paper's setting);",
+        "  - a paper's **one run** lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
-        "percentiles); a paper's statistic of *k* runs lies in the middle "
+        "percentiles);",
+        "  - a paper's **statistic** of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
         f"our seeds when there are at most {_number(MAX_SUBSETS)}, else {_number(MAX_SUBSETS)} of "
         "them drawn at "
         "random by a fixed generator), so that a mean of four runs is compared with our means of "
-        "four runs; for a range the paper states, at least nine in ten of our runs lie inside it "
+        "four runs;",
+        "  - for a **range** the paper states, at least nine in ten of our runs lie inside it "
         "(for a range the paper gives for the mean of *k* of its runs, nine in ten of our means "
         "of *k* seeds); a range is not tested for whether it is informative (a one-sided bound "
-        "is met by any runs on its side), so its row shows the range beside our values. "
-        "The percentiles interpolate between our values (for a statistic that can take only "
+        "is met by any runs on its side), so its row shows the range beside our values;",
+        "  - **the band and the floor**: the percentiles interpolate between our values (for a "
+        "statistic that can take only "
         "the values of a grid, a threshold among the lengths tried, they are instead the values "
         "of ours at those ranks, so that the band holds only values a run can give); "
         "with few seeds the middle "
@@ -1361,7 +1366,7 @@ def rule_markdown() -> str:
         + f", tending to {round(100 * (1 - LEVEL))}\u00a0% as *n* grows: the band is the middle "
         f"{share} of our runs, not a {round(100 * LEVEL)}\u00a0% prediction interval for a "
         "further run. Where the paper's value sits among ours, the "
-        "row gives the share of ours below it, and the share equal to it where there is one;",
+        "row gives the share of ours below it, and the share equal to it where there is one.",
         "- **weak evidence**: only one value of ours stands against a random number of the paper "
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
         "two agree within the tolerance shown, or our one run lies in the paper's range; one run "
@@ -1385,11 +1390,13 @@ def rule_markdown() -> str:
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
         "number illustrates, or is not the paper's setting (an analogue, named in the row), so "
         "whatever the numbers, it is neither a reproduction nor a difference; this comes before "
-        "every other status. The paper's setting is its data, model and sizes, its optimizer and "
+        "every other status.",
+        "  - The paper's setting is its data, model and sizes, its optimizer and "
         "step rule, its loss (empirical or population) and the distribution of its "
         "initialization, as its text states them, or as the authors' published code implements "
         "them where the row says that it follows the code (we take the code to have produced the "
-        "paper's numbers). A run stays in the setting with other random draws from the same "
+        "paper's numbers).",
+        "  - A run stays in the setting with other random draws from the same "
         "distributions (our seeds and random streams, more seeds than the paper's), double "
         "precision where the authors used single provided the comparison allows for it (an "
         "exact comparison of such a rebuild with a printout of single precision needs a "
@@ -1403,7 +1410,8 @@ def rule_markdown() -> str:
         "threshold, horizon, stopping rule, step budget or detector of our own choosing; a row "
         "that keeps only the seeds whose runs fitted within our step budget also stays in the "
         "setting, but it compares the paper's number with runs conditioned on fitting, and it "
-        "says how many of our seeds it keeps. Any other departure "
+        "says how many of our seeds it keeps.",
+        "  - Any other departure "
         "(other data, model or size, another optimizer or step rule, another loss, another "
         "distribution of the initialization) makes the entry an illustration. A threshold or a "
         "horizon of our own choosing is not a hypothesis either: a number that misses for such "
@@ -1637,7 +1645,8 @@ def _numbers_paragraph(rows: Sequence[tuple[str, dict]]) -> str:
 
 def _reading_sentence(entries: Sequence[dict]) -> str:
     """The comparisons among ``entries`` whose status rests on a reading of the paper's words
-    (their note contains :data:`READING_DECIDES`), named with their status; "" when there are none."""
+    (their note contains :data:`READING_DECIDES`), named with their status; "" when there are
+    none."""
     read = [e for e in entries if READING_DECIDES in (e.get("note") or "")]
     if not read:
         return ""
