@@ -258,10 +258,10 @@ def probe(out_dir: Path) -> Path:
     return path
 
 
-#: The test of the paper's threshold (the chapter's rs-threshold), an exploratory one: its criterion
-#: was fixed before it ran, but the teacher recipe below was chosen after the runs of ``run()`` had
-#: been seen. Note that the target's cosine has period T / 3 = 12 steps = 4 teacher widths, the
-#: paper's threshold, so this run alone cannot tell the two apart. At three
+#: The test of the paper's threshold (the chapter's rs-threshold), an exploratory one: the teacher
+#: recipe below was chosen after the runs of ``run()`` had been seen, and the criterion was
+#: committed with the results. Note that the target's cosine has period T / 3 = 12 steps = 4
+#: teacher widths, the paper's threshold, so this run alone cannot tell the two apart. At three
 #: tenths of the widths (teachers of width 3, students of width 30), a target of linear order 3
 #: (the teacher's width; ``threshold_target``) that each teacher learns as a linear filter on
 #: Gaussian inputs (``fit="filter"``, 1000 Adam steps at learning rate 10⁻², so that the teacher
@@ -401,9 +401,9 @@ def threshold(out_dir: Path) -> Path:
 #: lengths, budget, early stopping and criterion R < 1/2; A is a general (non-symmetric) matrix
 #: and A, B, C start from Gaussian entries of standard deviation 10⁻⁵ (the scale of the paper's
 #: App. B.1.1 for a general linear student), trained by Adam (learning rate 10⁻³, as the GRUs).
-#: The prediction, fixed before the run: the teachers implement a linear filter of order 3 (up to
-#: their committed fit), so Theorem 5's k > 2·3 suggests linear students pass from 3 widths
-#: (k = 9) on; at 2 widths (k = 6 = 2·3) the theorem guarantees nothing.
+#: The prior: the paper's "around two times" for linear RNNs (its §5.2, on teachers with real
+#: spectra). Theorem 5 makes no prediction here: the target has a complex pole pair, which no
+#: balanced teacher with a symmetric transition matrix realizes.
 LINEAR = {"init_std": 1e-5, "seeds": list(range(10))}
 
 #: The linear control again with a second target period (``--linear-period OUT_DIR``), decided
