@@ -9,9 +9,11 @@ that yields a wrong status is a wrong answer.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import statistics
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +140,13 @@ def _oracle_subsets(result, values, k, stat, max_subsets=ledger.MAX_SUBSETS,
     return enumerated and np.allclose(np.sort(samples), brute, rtol=1e-12, atol=0)
 
 
+def _oracle_band_miss(result, n):
+    """The share a further uniform run falls outside the interpolated band, in exact fractions:
+    the band's ends sit at (1 + h)/(n + 1) from either side, h = (n - 1)(1 - LEVEL)/2."""
+    h = Fraction(int(n) - 1) * (1 - Fraction(ledger.LEVEL).limit_denominator(1000)) / 2
+    return math.isclose(result, float(2 * (1 + h) / (int(n) + 1)), rel_tol=1e-12)
+
+
 def _sample_run() -> dict:
     _record("row", PAPER, "Table 1, row 2, clean", 0.2, [0.1, 0.2, 0.3], "sec-x")
     return _in_temp(ledger.collect)()
@@ -197,6 +206,8 @@ def cases() -> list[Case]:
         Case("book.ledger.verdict", _verdict, [P("key", "row", "text")]),
         Case("book.ledger.recorded", _recorded, [P("keys", ["row", "exact"], "object")],
              oracle=_oracle_recorded),
+        Case("book.ledger.band_miss_share", ledger.band_miss_share, [P("n", 19, "int")],
+             oracle=_oracle_band_miss),
         Case("book.ledger.tally", ledger.tally,
              [P("entries", list(next(iter(committed.values())).values()), "object")],
              oracle=_oracle_tally),
