@@ -893,6 +893,76 @@ def wide_weight_decay_task(*, weight_decay: float, surrogate_seed: int, target_s
     return {("weight_decay", name): record | {"target_seed": target_seed}}
 
 
+# A pre-registered search for a from-scratch positive control at the chapter's eps (2 gray levels)
+# and budget (40 poisons), fixed in code before any of its runs. Three pilots, each a documented
+# lever of the published attack or victim, combined with an ensemble of 4 surrogates (Geiping et
+# al. 2021 average the matching over an ensemble for victims retrained from scratch; the ensemble
+# alone, replacing, already flipped none of these pilot targets in the search recorded above, so it
+# is not run again on its own):
+#   "ensemble, 20 epochs": the victims and surrogates trained for 20 epochs instead of 100 (the
+#       published victims train for a fixed short schedule, 40 epochs on CIFAR-10; at 20 epochs the
+#       512-unit MLP fits its clean set, 100 % on surrogate seed 100, measured before this search;
+#       hypothesis, untested: 100 epochs past a perfect fit let each poison be memorized on its
+#       own, which a shorter schedule may not);
+#   "ensemble, decay 1e-2": AdamW weight decay 1e-2 in victims and surrogates (the weight-decay
+#       pilot's stronger value, closer to the published SGD's coupled decay: WIDE_WD), 100 epochs;
+#   "ensemble, decay 1e-2, 20 epochs": both.
+# The order is by cost, fixed now: the first pilot that meets the criterion is run at the chapter's
+# 32 targets (TARGET_SEED) on WIDE_SEEDS, with the random control of the attack's size (l2 and
+# l-inf per poison), and no later pilot is. Pilots run on the weight-decay pilots' targets and
+# seeds (WIDE_WD_TARGET_SEED, WIDE_WD_SEEDS, WIDE_WD_TARGETS), poisons replacing their images;
+# everything else as in wide_scratch_task. Criterion (the weight-decay pilots'): at least
+# PILOT_MIN_FLIPS of the 8 targets flipped on both victim seeds, the random control flipping none
+# (of the targets, on any seed); a pilot whose victims fit fewer than 99 % of their poisons in some
+# run does not meet it (the victim must be able to fit its poisons).
+WIDE_PILOTS = {
+    "ensemble, 20 epochs": {"members": 4, "epochs": 20, "weight_decay": 0.0},
+    "ensemble, decay 1e-2": {"members": 4, "epochs": 100, "weight_decay": 1e-2},
+    "ensemble, decay 1e-2, 20 epochs": {"members": 4, "epochs": 20, "weight_decay": 1e-2},
+}
+PILOT_MIN_FLIPS, PILOT_MIN_POISON_FIT = 3, 0.99
+
+
+def pilot_verdict(record: dict, *, min_flips: int = PILOT_MIN_FLIPS,
+                  min_poison_fit: float = PILOT_MIN_POISON_FIT) -> dict:
+    """The pilots' criterion on a wide_scratch_task record (placement "replace"): targets flipped
+    on every victim seed and on any seed, per arm; the victims' worst fit of their poisons; met when
+    the attack flips at least ``min_flips`` targets on every seed, the random control none on any
+    seed, and every run fits at least ``min_poison_fit`` of its poisons."""
+    reps = len(record["victim_seeds"])
+    out = {}
+    for arm in ("attack", "random"):
+        got = record["arms"][arm]["replace"]
+        s = np.asarray(got["success"]).reshape(-1, reps).astype(bool)
+        out[arm] = {"every_seed": int(s.all(1).sum()), "any_seed": int(s.any(1).sum()),
+                    "median_margin": float(np.median(got["margin"])),
+                    "poison_fit_min": float(np.min(got["poison_accuracy"]))}
+    fit = min(out[a]["poison_fit_min"] for a in out)
+    out["met"] = bool(out["attack"]["every_seed"] >= min_flips and out["random"]["any_seed"] == 0
+                      and fit >= min_poison_fit)
+    return out
+
+
+def wide_pilot_task(*, pilot: str, surrogate_seed: int, target_seed: int, attack_seed: int,
+                    victim_seeds: list[int], targets_n: int, **sizes) -> dict:
+    """One pre-registered pilot of WIDE_PILOTS: wide_scratch_task with the pilot's surrogates
+    (``members``), epochs and AdamW weight decay in the training of victims and surrogates
+    (``sizes``: wide_scratch_task's other keyword arguments, tests only)."""
+    if pilot not in WIDE_PILOTS:
+        raise ValueError(f"pilot must be one of {sorted(WIDE_PILOTS)}, got {pilot!r}")
+    lever = WIDE_PILOTS[pilot]
+    train = dataclasses.replace(sizes.pop("train", WIDE_TRAIN), epochs=lever["epochs"],
+                                weight_decay=lever["weight_decay"])
+    sizes.setdefault("members", lever["members"])
+    out = wide_scratch_task(surrogate_seed=surrogate_seed, target_seed=target_seed,
+                            attack_seed=attack_seed, victim_seeds=victim_seeds,
+                            targets_n=targets_n, train=train, **sizes)
+    (record,) = out.values()
+    record = record | {"target_seed": target_seed, "pilot": pilot}
+    record["criterion"] = pilot_verdict(record)
+    return {("wide_pilot", pilot): record}
+
+
 # ---------------------------------------------------------------------------------------------
 # The paper's penalized attack retrained: the footnote's lambda (PAPER_REG_FACTOR) at the grid's
 # largest dose, the whole adversarial class at 4 gray levels (the one cell where the unregularized
@@ -1304,6 +1374,13 @@ def control_tasks() -> list:
              200.0, (("weight_decay", f"MLP {WIDE_HIDDEN} scratch {CONTROL_EPS_GRAY:g} gray, "
                       f"decay {w:g}"),))
         for w in WIDE_WD
+    ] + [
+        Task(f"wide MLP scratch {CONTROL_EPS_GRAY:g} gray, pilot {name}", wide_pilot_task,
+             {"pilot": name, "surrogate_seed": SURROGATE_SEED,
+              "target_seed": WIDE_WD_TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": WIDE_WD_SEEDS, "targets_n": WIDE_WD_TARGETS},
+             600.0, (("wide_pilot", name),))
+        for name in WIDE_PILOTS
     ]
 
 
@@ -1356,6 +1433,16 @@ def control_settings() -> dict:
                          "targets": WIDE_WD_TARGETS,
                          "criterion": "at least 3 of 8 targets flipped on both seeds, random none",
                          "criterion_met": False},
+        "wide_pilots": {"setting": "wide_scratch's, poisons replacing their images, with the "
+                        "pilot's levers", "pilots": WIDE_PILOTS,
+                        "target_seed": WIDE_WD_TARGET_SEED, "victim_seeds": WIDE_WD_SEEDS,
+                        "targets": WIDE_WD_TARGETS,
+                        "criterion": f"at least {PILOT_MIN_FLIPS} of {WIDE_WD_TARGETS} targets "
+                        "flipped on both seeds, random none on any seed, every run fitting at "
+                        f"least {PILOT_MIN_POISON_FIT:.0%} of its poisons",
+                        "order": "by cost; the first pilot that meets the criterion is run at "
+                        f"{CONTROL_TARGETS} targets (target seed {TARGET_SEED}) on victim seeds "
+                        f"{WIDE_SEEDS}"},
         "penalized": {"victims": "the grid's (MLP: part MLP; S4D: part B), from scratch",
                       "budget": "the whole adversarial class", "eps_gray": PENALIZED_EPS_GRAY,
                       "lambdas": list(PENALIZED_LAMBDAS), "row_length": ROW,
