@@ -319,3 +319,70 @@ def test_the_position_task_on_the_s4d_head_on_a_tiny_size(monkeypatch):
         assert len(arm["success"]) == 4 and np.array_equal(arm["success"], arm["margin"] > 0)
     tasks = {t.key: t for t in rp.tasks()}
     assert tasks["position S4D transfer"].writes == (("position", "S4D transfer 6 gray"),)
+
+
+def test_the_pilot_task_applies_its_levers_and_its_criterion():
+    """A pre-registered pilot trains victims and surrogates with its epochs and weight decay, and
+    its criterion counts targets flipped on every seed, random flips on any seed, and the fit of
+    the poisons."""
+    name = "ensemble, decay 1e-2, 20 epochs"
+    out = rp.wide_pilot_task(pilot=name, surrogate_seed=100, target_seed=0, attack_seed=1,
+                             victim_seeds=[0, 2], targets_n=2, hidden=8, members=2, budget=3,
+                             steps=2, restarts=1)
+    record = out[("wide_pilot", name)]
+    _plain(record)
+    assert record["train"]["epochs"] == 20 and record["train"]["weight_decay"] == 1e-2
+    assert record["members"] == 2 and len(record["surrogate_train_accuracy"]) == 2
+    assert record["pilot"] == name and record["criterion"] == rp.pilot_verdict(record)
+    with pytest.raises(ValueError, match="pilot"):
+        rp.wide_pilot_task(pilot="ensemble of 9", surrogate_seed=100, target_seed=0,
+                           attack_seed=1, victim_seeds=[0], targets_n=2)
+    # the criterion on hand-made outcomes: 3 targets x 2 seeds, target-major
+    def rec(attack, random, fit=1.0):
+        arm = lambda s: {"replace": {"success": s, "margin": [1.0] * 6,  # noqa: E731
+                                     "poison_accuracy": [fit] * 6}}
+        return {"victim_seeds": [0, 1], "arms": {"attack": arm(attack), "random": arm(random)}}
+    hit = [1, 1, 1, 1, 1, 0]  # targets 0 and 1 on both seeds, target 2 on one
+    got = rp.pilot_verdict(rec(hit, [0] * 6), min_flips=2)
+    assert got["attack"]["every_seed"] == 2 and got["attack"]["any_seed"] == 3 and got["met"]
+    assert not rp.pilot_verdict(rec(hit, [0] * 6), min_flips=3)["met"]
+    assert not rp.pilot_verdict(rec(hit, [0, 0, 0, 0, 0, 1]), min_flips=2)["met"]
+    assert not rp.pilot_verdict(rec(hit, [0] * 6, fit=0.98), min_flips=2)["met"]
+    keys = {t.key for t in rp.tasks()}
+    assert {f"wide MLP scratch 2 gray, pilot {p}" for p in rp.WIDE_PILOTS} <= keys
+
+
+def test_the_joint_task_on_a_tiny_size():
+    """The paper's threat model: targets of one source class, poisons from several classes keeping
+    their labels and replacing their images, one brew per (pair, dose), a random control of the
+    attack's size, one outcome per (seed, target), 'intended' exactly when the margin is > 0."""
+    pairs = rp.joint_pairs(4, 0)
+    assert len({c for c, _ in pairs}) == 4 and all(c != a for c, a in pairs)
+    assert rp.joint_pairs(4, 0) == pairs  # seeded
+    out = rp.joint_task(family="MLP", surrogate_seed=100, pair_seed=0, attack_seed=1,
+                        victim_seeds=[0, 2], pairs_n=2, targets_n=2, poisons=12, steps=2,
+                        restarts=1, epochs=2)
+    record = out[("joint", "MLP")]
+    _plain(record)
+    _, y_all, _, yt, _ = data.digits_split()
+    _, (_, y) = rp.split_for_transfer(data.digits_split()[0], y_all)
+    assert len(record["pairs"]) == 2
+    for pair in record["pairs"]:
+        assert all(int(yt[t]) == pair["source"] for t in pair["targets"])
+        assert (pair["poison_classes"] > 0).sum() > 1  # drawn from several classes
+        assert np.array_equal(pair["poison_classes"],
+                              np.bincount(y[pair["poison_index"]].numpy(), minlength=10))
+        assert [c["dose"] for c in pair["doses"]] == list(rp.JOINT_DOSES)
+        for cell in pair["doses"]:
+            ratio = cell["arms"]["random"]["size_ratio"]
+            assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+            for arm in cell["arms"].values():
+                assert arm["linf_over_eps_median"] <= 1 + 1e-9
+                assert np.asarray(arm["intended"]).shape == (2, 2)
+                assert np.array_equal(arm["intended"], np.asarray(arm["margin"]) > 0)
+                assert not np.any(np.asarray(arm["intended"]) & np.asarray(arm["correct"]))
+    with pytest.raises(ValueError, match="family"):
+        rp.joint_task(family="CNN", surrogate_seed=100, pair_seed=0, attack_seed=1,
+                      victim_seeds=[0])
+    tasks = {t.key: t for t in rp.tasks()}
+    assert all(tasks[f"joint {f}"].writes == (("joint", f),) for f in rp.JOINT_FAMILIES)
