@@ -23,6 +23,10 @@ What the paper's number is (``paper_stat``)
     the resolution at which the paper shows the value. Where the chapter has derived no such
     tolerance before measuring, the rebuild is recorded as an illustration
     (``in_hypotheses=False``): at the precision the printout resolves, it is not the paper's run.
+    A rebuild is exact only while it is shown to be the authors' run: where another value of the
+    same rebuild (the same seed and arm) lies farther from theirs than that resolution, for a
+    cause the chapter has not found, record its values as ``"single"`` (one run of ours against
+    one of theirs: weak evidence at best).
 ``"single"``
     one random run of the paper (one seed, one figure).
 ``"mean"``, ``"median"``, ``"max"``, ``"min"``
@@ -1320,22 +1324,26 @@ def rule_markdown() -> str:
         " states. Then:",
         "",
         "- **reproduced**, by what the paper's value is:",
-        "  - an **exact** value agrees with ours within the tolerance shown, which the "
-        "chapter states and the row names where it is a reading's: half a unit of the last digit "
-        "the paper prints, a pixel of the plot the value is read from (for a value the paper "
-        "shows only as a curve, a pixel of the figure that shows it), or half the bracket that "
-        "a printout gives; a rebuild in double precision of a run the authors made in single "
-        "precision is held to a tolerance that also covers the difference of precision, never "
-        "to the last digit of a single-precision printout alone (that would test the rebuild's "
-        "arithmetic, not the paper's number), so such a row compares at the resolution at which "
-        "the paper shows the value, a pixel of the figure, a property of the figure and not of "
-        "our runs ({doc}`dynamical-characterization`'s rebuilt seeds, whose check says it was "
-        "written after their runs were seen); where "
-        "a chapter compared first at the printout's last digit and took the pixel only after that "
-        "comparison failed, no tolerance for the difference of precision was fixed before "
-        "measuring, and the row is an illustration (the effective ranks of "
-        "{doc}`greedy-learning`'s float64 rebuilds of the authors' float32 runs: at the "
-        "precision the printout resolves, the rebuild is not the paper's setting);",
+        "  - an **exact** value agrees with ours within the tolerance shown. The chapter states "
+        "the tolerance, and the row names it where it comes from a reading: half a unit of the "
+        "last digit the paper prints, one pixel of the plot the value is read from (of the figure "
+        "that shows it, for a value the paper shows only as a curve), or half the bracket that a "
+        "printout gives;",
+        "  - a **rebuilt run** of the authors' is exact only as far as it is their run. First, "
+        "precision: we rebuild in double precision runs that the authors made in single, so the "
+        "tolerance must also cover the difference of precision. The last digit of a "
+        "single-precision printout does not: it would test the rebuild's arithmetic, not the "
+        "paper's number. Such a row is compared at the resolution at which the paper shows the "
+        "value, a pixel of its figure, which is a property of the figure and not of our runs "
+        "({doc}`dynamical-characterization`'s rebuilt seeds, whose check was written after their "
+        "runs were seen). Where a chapter compared first at the printout's last digit and took "
+        "the pixel only after that comparison failed, no tolerance for the difference of "
+        "precision was fixed before measuring, and the row is an illustration (the effective "
+        "ranks of {doc}`greedy-learning`'s rebuilds). Second, tracking: where another value of "
+        "the same rebuild (the same seed and arm) lies farther from the authors' than that "
+        "resolution, for a cause the chapter has not found, the rebuild is not shown to be their "
+        "run. Its rows then set one run of ours against one run of theirs, which is at best weak "
+        "evidence (below);",
         "  - a paper's **one run** lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles);",
@@ -1404,13 +1412,8 @@ def rule_markdown() -> str:
         "paper's numbers).",
         "  - A run stays in the setting with other random draws from the same "
         "distributions (our seeds and random streams, more seeds than the paper's), double "
-        "precision where the authors used single provided the comparison allows for it (an "
-        "exact comparison of such a rebuild with a printout of single precision needs a "
-        "tolerance that covers the difference of precision, which the chapter states; a "
-        "tolerance of the printout's last digit alone tests the rebuild's arithmetic, not the "
-        "paper's number; a rebuild for which no such tolerance was derived before measuring is "
-        "not the paper's setting at the precision the printout resolves, and is an "
-        "illustration), gradient flow where the "
+        "precision where the authors used single, provided the comparison allows for it (a "
+        "**rebuilt run**, above), gradient flow where the "
         "statement is about gradient flow and the paper's figure approximates it by descent "
         "with small steps, and a "
         "threshold, horizon, stopping rule, step budget or detector of our own choosing; a row "
