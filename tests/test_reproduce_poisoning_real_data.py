@@ -362,7 +362,8 @@ def test_the_joint_task_on_a_tiny_size():
     out = rp.joint_task(family="MLP", surrogate_seed=100, pair_seed=0, attack_seed=1,
                         victim_seeds=[0, 2], pairs_n=2, targets_n=2, poisons=12, steps=2,
                         restarts=1, epochs=2)
-    record = out[("joint", "MLP")]
+    record = out[("joint", "MLP, 2 epochs")]
+    assert record["epochs"] == 2
     _plain(record)
     _, y_all, _, yt, _ = data.digits_split()
     _, (_, y) = rp.split_for_transfer(data.digits_split()[0], y_all)
@@ -386,3 +387,6 @@ def test_the_joint_task_on_a_tiny_size():
                       victim_seeds=[0])
     tasks = {t.key: t for t in rp.tasks()}
     assert all(tasks[f"joint {f}"].writes == (("joint", f),) for f in rp.JOINT_FAMILIES)
+    long = f"{rp.JOINT_LONG[0]}, {rp.JOINT_LONG[1]} epochs"
+    assert tasks[f"joint {long}"].writes == (("joint", long),)
+    assert tasks[f"joint {long}"].kwargs["epochs"] == rp.JOINT_LONG[1]
