@@ -1016,3 +1016,77 @@ def test_the_rule_text_gives_the_band_s_coverage_beside_the_floor():
     assert "minimum sample size" in text
     for n, share in ((ledger.MIN_RUNS, "19\u00a0%"), (30, "16\u00a0%"), (63, "13\u00a0%")):
         assert f"{share} at *n* = {n}" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Rule 10: readings the paper does not fix
+
+READ = "the paper leaves the reading open, and " + ledger.READING_DECIDES
+
+
+def test_readings_that_agree_keep_their_status(chapter):
+    """17.5 and 12.0 both lie in the central 90 % of EVEN_11_18 (11.35 to 17.65): reproduced."""
+    status = _rec("r", 17.5, EVEN_11_18, "single", note=READ,
+                  readings=[{"reading": "the other reading, 12", "paper_value": 12.0}])
+    assert status == "reproduced"
+    stored = _entries(chapter)["r"]
+    assert stored["readings"][0]["status"] == "reproduced"
+    assert stored["readings"][0]["paper_value"] == 12.0
+    assert ledger.rule_problems({"c": {"r": stored}}) == []
+
+
+def test_readings_that_disagree_are_inconclusive(chapter):
+    """17.5 inside 11.35..17.65 (reproduced), 17.8 outside with a reason (differs): inconclusive;
+    both outside (differs and differs): differs; a reading that replaces ours instead (the same
+    17.5 against seeds 18.5..25.5, central 90 % 18.85..25.15): inconclusive."""
+    why = {"reason": "r", "explain": "s"}
+    assert _rec("a", 17.5, EVEN_11_18, "single", note=READ, **why,
+                readings=[{"reading": "17.8", "paper_value": 17.8}]) == "inconclusive"
+    assert _rec("b", 17.8, EVEN_11_18, "single", note=READ, **why,
+                readings=[{"reading": "19", "paper_value": 19.0}]) == "differs"
+    assert _rec("c", 17.5, EVEN_11_18, "single", note=READ, **why,
+                readings=[{"reading": "a looser cut",
+                           "ours": np.linspace(18.5, 25.5, 22)}]) == "inconclusive"
+    entries = _entries(chapter)
+    assert entries["c"]["readings"][0]["band"] == pytest.approx([18.85, 25.15])
+    assert ledger.rule_problems({"c": entries}) == []
+    # a stored status that the readings do not earn is caught
+    forged = dict(entries["a"], status="reproduced")
+    assert ledger.rule_problems({"c": {"a": forged}})
+    # and a moved number inside a reading is a change compare() names
+    moved = json.loads(json.dumps(entries["a"]))
+    moved["readings"][0]["paper_value"] = 17.9
+    fresh = {"c": {"chapter": "c", "scale": "fast", "entries": {"a": moved}}}
+    assert any("readings" in p for p in ledger.compare(fresh, {"c": {"a": entries["a"]}}))
+
+
+def test_readings_other_statuses(chapter):
+    """An illustration stays one under every reading; rule 5's one value under two readings
+    (agree within tol, then not): weak evidence vs inconclusive -> inconclusive."""
+    assert _rec("i", 17.5, EVEN_11_18, "single", note=READ, in_hypotheses=False,
+                readings=[{"reading": "30", "paper_value": 30.0}]) == "illustration"
+    assert _rec("w", 0.30, 0.31, "single", tol=0.02, note=READ,
+                readings=[{"reading": "0.4", "paper_value": 0.4}]) == "inconclusive"
+
+
+@pytest.mark.parametrize("readings, note", [
+    ([{"reading": "x", "paper_value": 12.0}], "no phrase"),        # note lacks READING_DECIDES
+    ([{"reading": "x", "paper_value": 12.0}], None),
+    ([], READ),                                                   # empty
+    ({"reading": "x", "paper_value": 12.0}, READ),                # a dict, not a list of them
+    ("x", READ),
+    ([{"paper_value": 12.0}], READ),                              # no label
+    ([{"reading": "x"}], READ),                                   # replaces nothing
+    ([{"reading": "x", "section": "t"}], READ),                   # not a comparison field
+    ([{"reading": "", "paper_value": 12.0}], READ),               # empty label
+    ([{"reading": "x", "paper_value": "twelve"}], READ),          # bad value, as record rejects
+    (["x"], READ),
+])
+def test_readings_reject_bad_input(chapter, readings, note):
+    with pytest.raises(ValueError):
+        _rec("bad", 17.5, EVEN_11_18, "single", note=note, readings=readings)
+
+
+def test_readings_stated_on_the_page():
+    """The rule text the Reproductions page renders says rule 10 in one sentence."""
+    assert "disagree" in ledger.rule_markdown() and "reading" in ledger.rule_markdown()

@@ -108,6 +108,11 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    paragraph that shows it (``explain``), else **not reproduced**. Both are misses: the rule
    records that a reason is given and does not weigh it, so the page's count lines give the
    misses in all beside the differences.
+10. Readings the paper does not fix: where the comparison rests on a reading of the paper's words
+    that the paper leaves open ("near perfect" read as a tail error below 0.01 or below 0.02),
+    :func:`record` takes the same comparison under each other reading (``readings``) and the
+    entry's status is the status all readings share when they agree, and **inconclusive** when
+    they disagree: one reading alone earns no verdict the other would deny.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
@@ -147,6 +152,9 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
   lie inside: reproduced, though only 60 % of the single seeds do.
 * a number the paper prints for a convex model, recomputed on a network outside that theorem's
   hypotheses: illustration.
+* our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5 under one reading
+  (reproduced) and 17.8 under another (not reproduced): inconclusive; under readings 17.5 and
+  12.0, both reproduced: reproduced.
 
 Checks of a statement
 ---------------------
@@ -220,6 +228,12 @@ MIN_RUNS = 19
 #: that the row states (e.g. "≲" read as "≤"): the Reproductions page names such rows beside its
 #: counts (:func:`page_markdown`), so a count is not read as resting on the numbers alone.
 READING_DECIDES = "the reading decides the verdict"
+#: The fields a reading of :func:`record`'s ``readings`` may replace: what the paper's value is
+#: taken to be, and what of ours it is compared with (rule 10).
+READING_FIELDS = ("paper_value", "ours", "paper_stat", "paper_n", "tol", "grid", "against")
+# The stored fields of one comparison: what a reading holds of its own (rule 10).
+_COMPARISON = {"paper_stat", "paper_n", "paper_value", "ours", "tol", "band", "rank", "subsets",
+               "enumerated", "grid", "against", "against_runs", "against_band", "status"}
 #: At most this many subsets are enumerated; above it, this many are drawn at random.
 MAX_SUBSETS = 200_000
 #: The seed of the generator that draws the subsets when there are too many to enumerate.
@@ -455,7 +469,56 @@ def _ours_statistic(paper_stat: str, ours: dict) -> float:
 
 
 def _status(entry: dict) -> str:
-    """The status of a paper number from its stored fields, by the rule of the module docstring."""
+    """The status of a paper number from its stored fields, by the rule of the module docstring:
+    with other readings (rule 10), their common status when all agree, else inconclusive."""
+    status = _one_status(entry)
+    for reading in entry.get("readings", ()):
+        if _one_status(_as_entry(entry, reading)) != status:
+            return "inconclusive"
+    return status
+
+
+def _as_entry(entry: dict, reading: dict) -> dict:
+    """The entry under another reading: its comparison fields replaced by the reading's."""
+    merged = {k: v for k, v in entry.items() if k not in _COMPARISON and k != "readings"}
+    merged.update({k: v for k, v in reading.items() if k != "reading"})
+    return merged
+
+
+def _other_readings(readings, fields: dict, entry: dict) -> list[dict]:
+    """The stored comparisons of ``readings`` (rule 10), each computed as :func:`record` would."""
+    if isinstance(readings, (str, bytes, dict)) or not isinstance(readings, Sequence) \
+            or not readings:
+        raise ValueError(
+            f"readings must be a non-empty list of dicts, one per other reading, got "
+            f"{readings!r:.60}"
+        )
+    if READING_DECIDES not in (entry["note"] or ""):
+        raise ValueError(
+            "an entry with other readings says so in its note: the note must contain "
+            "ledger.READING_DECIDES"
+        )
+    stored = []
+    for reading in readings:
+        if not isinstance(reading, dict) or "reading" not in reading:
+            raise ValueError(
+                f"each reading is a dict with 'reading' (what it reads the paper's words as) and "
+                f"the fields it replaces, got {reading!r:.60}"
+            )
+        label = _text(reading["reading"], "reading")
+        unknown = sorted(set(reading) - set(READING_FIELDS) - {"reading"})
+        if unknown or len(reading) == 1:
+            raise ValueError(
+                f"a reading replaces one or more of {READING_FIELDS}; got {sorted(reading)}"
+            )
+        other = _entry(**{**fields, **{k: v for k, v in reading.items() if k != "reading"}})
+        stored.append({"reading": label,
+                       **{k: v for k, v in other.items() if k in _COMPARISON}})
+    return stored
+
+
+def _one_status(entry: dict) -> str:
+    """The status of one reading of a paper number (rules 1 to 9)."""
     if not entry["in_hypotheses"]:
         return "illustration"
     stat, paper, ours, tol = entry["paper_stat"], entry["paper_value"], entry["ours"], entry["tol"]
@@ -569,8 +632,7 @@ def _tolerance(tol, why: str) -> float:
     return tol
 
 
-def record(
-    key: str,
+def _entry(
     *,
     paper: str,
     item: str,
@@ -588,38 +650,8 @@ def record(
     against=None,
     closed_form: bool = False,
     grid: bool = False,
-) -> str:
-    """Record one number of a paper that the chapter compares with its runs; return its status.
-
-    ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one of
-    :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
-    number, or ``(low, high)`` for ``paper_stat="interval"``; ``paper_stat``: what the paper's
-    number is (one of :data:`PAPER_STATS`, module docstring), with ``paper_n`` the runs behind a
-    mean, median, max or min (required there; for an interval, the runs whose mean the range is
-    for: rule 6 then compares means of ``paper_n`` of our seeds); ``ours``: one
-    number, or one number per seed; ``in_hypotheses``: False when our run lies outside the
-    hypotheses of the statement the paper's number illustrates; ``tol``: the absolute tolerance of
-    agreement (e.g. half a unit of the paper's last printed digit), required exactly where the rule
-    compares one value with one value (``"exact"``, and one value of ours against a random number of
-    the paper); ``section``: the label of the chapter's section that computes it; ``setting``: how
-    our setting differs from the paper's, if it does; ``reason`` and ``explain`` (a label): why the
-    numbers differ and where the chapter shows it, given together; ``note``: any other remark for
-    the table; ``against``: a value the paper's number must be told apart from (the null 0 of a
-    contrast, or the other arm's paper value), or our other arm's runs (one value per seed, at
-    least as many as ``paper_n``), for a spread of ours placed against a single run or a statistic
-    of the paper's runs (rule 7); ``closed_form``: True when the paper's value (an ``"exact"`` one)
-    is arithmetic or a closed form of the paper's setting (a minimum-norm solution, the speed of a
-    given direction) rather than the outcome of a run: it changes no status, but is stored and
-    counted apart from reproduced outcomes of runs (:func:`tally`, the *Reproductions* page);
-    ``grid``: True when our statistic can take only the values of a grid (a threshold among the
-    lengths tried, a count): its band is then of values it can take, the order statistics at the
-    5th and 95th percentiles (numpy's ``inverted_cdf``), not interpolations between grid points
-    that no run can give.
-
-    The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
-    ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
-    """
-    _started(key)
+) -> dict:
+    """The entry :func:`record` stores for one reading (its status from :func:`_status`)."""
     if paper not in PAPERS:
         raise ValueError(f"paper must be one of {sorted(PAPERS)}, got {paper!r:.60}")
     item = _text(item, "item")
@@ -746,6 +778,76 @@ def record(
     if paper_stat != "exact" and not one_to_one:
         entry.update(_compared(paper_stat, paper_n, paper_value, values, grid))
     entry["status"] = _status(entry)
+    return entry
+
+
+def record(
+    key: str,
+    *,
+    paper: str,
+    item: str,
+    paper_value,
+    ours,
+    section: str,
+    paper_stat: str,
+    paper_n: int | None = None,
+    in_hypotheses: bool = True,
+    tol: float | None = None,
+    setting: str | None = None,
+    reason: str | None = None,
+    explain: str | None = None,
+    note: str | None = None,
+    against=None,
+    closed_form: bool = False,
+    grid: bool = False,
+    readings: Sequence[dict] | None = None,
+) -> str:
+    """Record one number of a paper that the chapter compares with its runs; return its status.
+
+    ``key``: a unique lower-case name ("table1-row2-clean"); ``paper``: the bibliography key (one of
+    :data:`PAPERS`); ``item``: where the number is in the paper; ``paper_value``: the paper's
+    number, or ``(low, high)`` for ``paper_stat="interval"``; ``paper_stat``: what the paper's
+    number is (one of :data:`PAPER_STATS`, module docstring), with ``paper_n`` the runs behind a
+    mean, median, max or min (required there; for an interval, the runs whose mean the range is
+    for: rule 6 then compares means of ``paper_n`` of our seeds); ``ours``: one
+    number, or one number per seed; ``in_hypotheses``: False when our run lies outside the
+    hypotheses of the statement the paper's number illustrates; ``tol``: the absolute tolerance of
+    agreement (e.g. half a unit of the paper's last printed digit), required exactly where the rule
+    compares one value with one value (``"exact"``, and one value of ours against a random number of
+    the paper); ``section``: the label of the chapter's section that computes it; ``setting``: how
+    our setting differs from the paper's, if it does; ``reason`` and ``explain`` (a label): why the
+    numbers differ and where the chapter shows it, given together; ``note``: any other remark for
+    the table; ``against``: a value the paper's number must be told apart from (the null 0 of a
+    contrast, or the other arm's paper value), or our other arm's runs (one value per seed, at
+    least as many as ``paper_n``), for a spread of ours placed against a single run or a statistic
+    of the paper's runs (rule 7); ``closed_form``: True when the paper's value (an ``"exact"`` one)
+    is arithmetic or a closed form of the paper's setting (a minimum-norm solution, the speed of a
+    given direction) rather than the outcome of a run: it changes no status, but is stored and
+    counted apart from reproduced outcomes of runs (:func:`tally`, the *Reproductions* page);
+    ``grid``: True when our statistic can take only the values of a grid (a threshold among the
+    lengths tried, a count): its band is then of values it can take, the order statistics at the
+    5th and 95th percentiles (numpy's ``inverted_cdf``), not interpolations between grid points
+    that no run can give; ``readings``: the same comparison under the other reading(s) of the
+    paper's words where the paper does not fix one (a "near perfect" read as a tail error below
+    0.01 or below 0.02), each a dict naming the ``reading`` (a line of text) and the fields it
+    replaces among :data:`READING_FIELDS` (e.g. ``{"reading": "a cut of 0.02", "ours": ...}``);
+    the status is then the common status of every reading when they all agree, and
+    ``"inconclusive"`` when they disagree (rule 10), and ``note`` must contain
+    :data:`READING_DECIDES`.
+
+    The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
+    ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
+    """
+    _started(key)
+    fields = {"paper": paper, "item": item, "paper_value": paper_value, "ours": ours,
+              "section": section, "paper_stat": paper_stat, "paper_n": paper_n,
+              "in_hypotheses": in_hypotheses, "tol": tol, "setting": setting, "reason": reason,
+              "explain": explain, "note": note, "against": against, "closed_form": closed_form,
+              "grid": grid}
+    entry = _entry(**fields)
+    if readings is not None:
+        entry["readings"] = _other_readings(readings, fields, entry)
+        entry["status"] = _status(entry)
     _entries[key] = entry
     _write(_chapter, _entries)
     return entry["status"]
@@ -917,6 +1019,16 @@ def _check_entry(entry: object, where: str) -> None:
         raise ValueError(f"{where}: grid is stored only as true, on an entry with a band")
     if kind == "paper" and entry["paper_stat"] not in PAPER_STATS:
         raise ValueError(f"{where} has the unknown paper_stat {entry['paper_stat']!r:.40}")
+    if kind == "paper" and "readings" in entry:
+        readings = entry["readings"]
+        if not isinstance(readings, list) or not readings or not all(
+                isinstance(r, dict) and isinstance(r.get("reading"), str)
+                and r.get("status") in STATUSES and {"paper_stat", "paper_value", "ours"} <= set(r)
+                for r in readings):
+            raise ValueError(f"{where}: readings must be a list of readings, each with its "
+                             "reading, paper_stat, paper_value, ours and status")
+        if READING_DECIDES not in (entry["note"] or ""):
+            raise ValueError(f"{where}: an entry with readings has READING_DECIDES in its note")
     ours = entry["ours"]
     if not isinstance(ours, dict) or not ("value" in ours or {"values", "n", "min", "max"} <= set(
             ours)):
@@ -1037,6 +1149,9 @@ def rule_problems(ledger: dict) -> list[str]:
                             f"statistic ({band})"
                         )
                     recomputed["against_band"] = band
+                if "readings" in entry:
+                    recomputed["readings"] = [_recomputed_band(r, problems, chapter, key)
+                                              for r in entry["readings"]]
                 status = _status(recomputed)
             if status != entry["status"]:
                 problems.append(
@@ -1046,7 +1161,25 @@ def rule_problems(ledger: dict) -> list[str]:
     return problems
 
 
+def _recomputed_band(reading: dict, problems: list, chapter: str, key: str) -> dict:
+    """A reading (rule 10) with its band recomputed from its stored values; a mismatch noted."""
+    if "band" not in reading:
+        return reading
+    values = np.asarray(reading["ours"]["values"], dtype=np.float64)
+    again = _compared(reading["paper_stat"], reading["paper_n"], reading["paper_value"], values,
+                      reading.get("grid", False))
+    if _numbers_differ(again["band"], reading["band"]):
+        problems.append(
+            f"{chapter}: entry {key!r}: the band {reading['band']} of its reading "
+            f"{reading['reading']!r:.60} is not the central 90 % of its values ({again['band']})"
+        )
+    return {**reading, **again}
+
+
 def _numbers_differ(fresh, committed) -> bool:
+    if isinstance(committed, dict):
+        return not isinstance(fresh, dict) or set(fresh) != set(committed) or any(
+            _numbers_differ(fresh[k], committed[k]) for k in committed)
     if isinstance(committed, list):
         return not isinstance(fresh, list) or len(fresh) != len(committed) or any(
             map(_numbers_differ, fresh, committed))
@@ -1433,6 +1566,11 @@ def rule_markdown() -> str:
         "- **not reproduced**: none of the above: our runs miss the paper's value, and the book "
         "has no explanation.",
         "",
+        "Where the comparison rests on a reading of the paper's words that the paper does not fix "
+        "(\"near perfect\" read as an error below 0.01 or below 0.02), the row is computed under "
+        "each reading, and its status is the one they share when they agree and **inconclusive** "
+        "when they disagree.",
+        "",
         "A theorem's prediction that our own computation tests is not a paper's number, nor is "
         "its prediction for a setting of our choosing (a teacher of ours): such "
         "**checks** are listed in their own tables, with the tolerance and how our value "
@@ -1736,6 +1874,11 @@ def page_markdown(ledger: dict) -> str:
                 extras = [s for s in (entry["setting"], entry["note"]) if s]
                 if entry.get("closed_form") is True:
                     extras.append(_HOW_REPRODUCED["closed_form"])
+                for reading in entry.get("readings", ()):
+                    band = (f", our central 90 % {_range_text(reading['band'])}"
+                            if "band" in reading else "")
+                    extras.append(f"other reading, {reading['reading']}: paper "
+                                  f"{_paper_text(reading)}{band}, {reading['status']}")
                 item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
                 where = _where(chapter, entry["section"], headings)
                 cells = (item, _paper_text(entry), _ours_text(entry["ours"]),
