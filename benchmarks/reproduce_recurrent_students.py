@@ -444,7 +444,7 @@ LINEAR = {"init_std": 1e-5, "seeds": list(range(10))}
 LINEAR_PERIOD = {"periods": 2, "period_widths": 6}
 
 #: The GRU threshold test at the second target period (``--threshold-period OUT_DIR``), decided
-#: before it ran (29 Nov 2026, 23:58 UTC; this comment's commit is the pre-registration), because
+#: before it ran (29 Nov 2026, 23:54 UTC; this comment's commit is the pre-registration), because
 #: the committed target's cosine period T / 3 = 12 steps = 4 teacher widths coincides with the
 #: paper's GRU threshold (four times the teacher's width), so ``THRESHOLD`` alone cannot tell the
 #: two apart. Everything as ``THRESHOLD`` (the same seeds and seed groups, teachers' recipe,
