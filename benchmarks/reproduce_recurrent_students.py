@@ -8,8 +8,8 @@ mean absolute gap between student and teacher outputs on random inputs; ten seed
 sits near k_g = 40, four times the teacher's width.
 
 ``tasks()`` and ``finish()`` (``make reproduce CHAPTERS=recurrent-students``, on the CPU)
-regenerate only ``recurrent-students.json``; the five other committed files come from the five
-commands below. That run repeats the experiment with every width divided by
+regenerate only ``recurrent-students.json``; the other committed files come from the commands
+below. That run repeats the experiment with every width divided by
 10/3 — teacher width 3, students of width 30 — and with the training lengths, the evaluation
 window and the target's time scales divided alike, so that the paper's threshold reads 4 × 3 = 12:
 at the paper's widths one run costs hours of CPU. ``python
@@ -696,8 +696,7 @@ FILES = {"recurrent-students": (tasks, finish),
          "recurrent-students-probe": (probe_tasks, probe_finish),
          "recurrent-students-threshold": (threshold_tasks, threshold_finish),
          "recurrent-students-linear": (linear_tasks, linear_finish),
-         "recurrent-students-linear-period": (linear_period_tasks, linear_finish),
-         "recurrent-students-threshold-period": (threshold_period_tasks, threshold_finish)}
+         "recurrent-students-linear-period": (linear_period_tasks, linear_finish)}
 """The committed files this module writes: file name -> (tasks, finish)."""
 
 
