@@ -696,7 +696,8 @@ FILES = {"recurrent-students": (tasks, finish),
          "recurrent-students-probe": (probe_tasks, probe_finish),
          "recurrent-students-threshold": (threshold_tasks, threshold_finish),
          "recurrent-students-linear": (linear_tasks, linear_finish),
-         "recurrent-students-linear-period": (linear_period_tasks, linear_finish)}
+         "recurrent-students-linear-period": (linear_period_tasks, linear_finish),
+         "recurrent-students-threshold-period": (threshold_period_tasks, threshold_finish)}
 """The committed files this module writes: file name -> (tasks, finish)."""
 
 
