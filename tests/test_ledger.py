@@ -1090,3 +1090,28 @@ def test_readings_reject_bad_input(chapter, readings, note):
 def test_readings_stated_on_the_page():
     """The rule text the Reproductions page renders says rule 10 in one sentence."""
     assert "disagree" in ledger.rule_markdown() and "reading" in ledger.rule_markdown()
+
+
+def test_reproduced_counts_say_how_many_rest_on_readings_made_after_our_runs_were_seen(chapter):
+    """A row whose note carries SEEN_MARK (a reading or tolerance fixed after our runs were seen)
+    keeps its status, and every count of reproduced numbers says how many rest on such rows."""
+    seen = "the reading 500–800 of the authors' plot, made " + ledger.SEEN_MARK + ", by a rule"
+    assert _rec("blind", 1.0, 1.0, "exact", tol=0.01) == "reproduced"
+    assert _rec("seen-hit", 650.0, 800.0, "exact", tol=150.0, note=seen) == "reproduced"
+    # the mark split across a line still counts
+    assert _rec("seen-split", 650.0, 700.0, "exact", tol=150.0,
+                note=seen.replace("were seen", "were\n seen")) == "reproduced"
+    assert _rec("seen-miss", 650.0, 900.0, "exact", tol=150.0, note=seen) == "not reproduced"
+    assert _rec("one", 17.5, EVEN_11_18, "single") == "reproduced"
+    after = "on a reading or tolerance fixed after our runs were seen"
+    assert ledger.tally(ledger.recorded("blind", "seen-hit", "seen-split", "seen-miss", "one")) == (
+        f"5 entries: 4 reproduced (3 exact, of which 2 rest {after}; 1 one run of the paper's "
+        "among ours), 1 not reproduced")
+    assert ledger.tally(ledger.recorded("seen-hit")) == (
+        f"1 entry: 1 reproduced (1 exact, of which 1 rests {after})")
+    assert ledger.tally(ledger.recorded("blind")) == "1 entry: 1 reproduced"
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    assert f"4 reproduced (3 exact, of which 2 rest {after}; 1 one run" in page
+    rule = ledger.rule_markdown()
+    assert ledger.SEEN_MARK in rule
+    assert "{doc}`dynamical-characterization`" in rule and "{doc}`greedy-learning`'s escape" in rule

@@ -939,6 +939,19 @@ _HOW_REPRODUCED = {"closed_form": "arithmetic of the paper's setting without a r
                    "interval": "a range of the paper's holding ours"}
 
 
+#: The words by which a row's note says that the reading of the authors' plot, or the tolerance,
+#: that decides its comparison was fixed after our runs were seen; the counts of reproduced paper
+#: numbers say how many rest on such a row (:func:`_how_reproduced`).
+SEEN_MARK = "after our runs were seen (not blind)"
+
+
+def _not_blind(entry: dict) -> bool:
+    """Whether an entry's item, setting or note says :data:`SEEN_MARK` (line breaks and runs of
+    spaces read as one space)."""
+    words = " ".join(str(entry.get(field) or "") for field in ("item", "setting", "note"))
+    return SEEN_MARK in " ".join(words.split())
+
+
 def tally(entries: Sequence[dict]) -> str:
     """'5 entries: 4 reproduced (2 exact, 2 one run of the paper's among ours), 1 inconclusive'.
 
@@ -972,14 +985,26 @@ def _how_reproduced(entries: Sequence[dict]) -> str:
     """" (12 exact, 6 one run of the paper's among ours)": the reproduced paper entries split by
     what was compared, with the values recorded as ``closed_form`` (arithmetic of the paper's
     setting) counted apart from the exact outcomes of runs; empty when there are none, or when all
-    are exact outcomes of runs."""
+    are exact outcomes of runs none of which rests on a reading made after our runs were seen.
+    Where some do (their rows say :data:`SEEN_MARK`), the kind says how many: " (12 exact, of
+    which 9 rest on a reading or tolerance fixed after our runs were seen; 6 one run of the
+    paper's among ours)"."""
+    reproduced = [e for e in entries if e["status"] == "reproduced" and e["kind"] == "paper"]
     kinds = ["closed_form" if e.get("closed_form") is True
              else e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
-             else "statistic" for e in entries
-             if e["status"] == "reproduced" and e["kind"] == "paper"]
-    split = [f"{kinds.count(k)} {how}" for k, how in _HOW_REPRODUCED.items() if kinds.count(k)]
-    if len(split) > 1 or (split and kinds[0] != "exact"):
-        return " (" + ", ".join(split) + ")"
+             else "statistic" for e in reproduced]
+    seen = [kind for kind, e in zip(kinds, reproduced, strict=True) if _not_blind(e)]
+    split = []
+    for kind, how in _HOW_REPRODUCED.items():
+        if not kinds.count(kind):
+            continue
+        text = f"{kinds.count(kind)} {how}"
+        if seen.count(kind):
+            text += (f", of which {seen.count(kind)} rest{'s' if seen.count(kind) == 1 else ''} "
+                     "on a reading or tolerance fixed after our runs were seen")
+        split.append(text)
+    if len(split) > 1 or (split and (kinds[0] != "exact" or seen)):
+        return " (" + ("; " if seen else ", ").join(split) + ")"
     return ""
 
 
@@ -1467,9 +1492,14 @@ def rule_markdown() -> str:
         "tolerance must also cover the difference of precision. The last digit of a "
         "single-precision printout does not: it would test the rebuild's arithmetic, not the "
         "paper's number. Such a row is compared at the resolution at which the paper shows the "
-        "value, a pixel of its figure, which is a property of the figure and not of our runs "
-        "({doc}`dynamical-characterization`'s rebuilt seeds, whose check was written after their "
-        "runs were seen). Where a chapter compared first at the printout's last digit and took "
+        "value, a pixel of its figure, which is a property of the figure and not of our runs. "
+        "Such a comparison is not blind where the reading or the tolerance was fixed after our "
+        "runs were seen: {doc}`dynamical-characterization`'s rebuilt seeds (their check, a pixel "
+        "as the tolerance, written after their runs were seen) and {doc}`greedy-learning`'s "
+        "escape iterations (the authors' plots read after our runs were seen, by a rule that "
+        "leaves no choice). Their rows say \"" + SEEN_MARK + "\", and the counts below say how "
+        "many of the reproduced values rest on such a row. "
+        "Where a chapter compared first at the printout's last digit and took "
         "the pixel only after that comparison failed, no tolerance for the difference of "
         "precision was fixed before measuring, and the row is an illustration (the effective "
         "ranks of {doc}`greedy-learning`'s rebuilds). Second, tracking: where another value of "
