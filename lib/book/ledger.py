@@ -176,7 +176,9 @@ entries of their own run with the committed file (:func:`compare`), so a code ch
 number, changes a status or drops an entry fails the build with the entry's name. A chapter
 executed at ``BOOK_SCALE=full`` is compared with nothing (two chapters print other numbers at that
 scale, and the page still shows the default scale's). :func:`rule_problems` recomputes every
-committed status from its stored numbers. The appendix page *Reproductions* is rendered from the
+committed status from its stored numbers; the clauses of precision and tracking above act only
+through what a chapter records (``paper_stat``, ``in_hypotheses``), like the kind of the paper's
+value, and no check here can verify them. The appendix page *Reproductions* is rendered from the
 committed file (:func:`page_markdown`).
 """
 
@@ -1492,21 +1494,24 @@ def rule_markdown() -> str:
         "tolerance must also cover the difference of precision. The last digit of a "
         "single-precision printout does not: it would test the rebuild's arithmetic, not the "
         "paper's number. Such a row is compared at the resolution at which the paper shows the "
-        "value, a pixel of its figure, which is a property of the figure and not of our runs. "
-        "Such a comparison is not blind where the reading or the tolerance was fixed after our "
-        "runs were seen: {doc}`dynamical-characterization`'s rebuilt seeds (their check, a pixel "
-        "as the tolerance, written after their runs were seen) and {doc}`greedy-learning`'s "
-        "escape iterations (the authors' plots read after our runs were seen, by a rule that "
-        "leaves no choice). Their rows say \"" + SEEN_MARK + "\", and the counts below say how "
-        "many of the reproduced values rest on such a row. "
-        "Where a chapter compared first at the printout's last digit and took "
-        "the pixel only after that comparison failed, no tolerance for the difference of "
-        "precision was fixed before measuring, and the row is an illustration (the effective "
-        "ranks of {doc}`greedy-learning`'s rebuilds). Second, tracking: where another value of "
-        "the same rebuild (the same seed and arm) lies farther from the authors' than that "
-        "resolution, for a cause the chapter has not found, the rebuild is not shown to be their "
-        "run. Its rows then set one run of ours against one run of theirs, which is at best weak "
-        "evidence (below);",
+        "value, a pixel of its figure. "
+        "Where no tolerance for the difference of precision was fixed before our runs were "
+        "seen, the row is an illustration, however close the numbers: the final effective ranks "
+        "of the rebuilt seeds of {doc}`dynamical-characterization` and of {doc}`greedy-learning` "
+        "(the pixel in their notes was chosen after the runs were seen, and is not the verdict's "
+        "tolerance). A reading of the authors' plot that leaves no choice (the iteration at "
+        "which a curve passes a level) does not depend on our runs' precision; where it was "
+        "made after our runs were seen ({doc}`greedy-learning`'s escape iterations, and those of "
+        "the rebuilt seeds of {doc}`dynamical-characterization`, the readings of both fixed "
+        "after our runs were seen), the row says \"" + SEEN_MARK + "\", and the counts below "
+        "say how many of the reproduced values rest on such a row. Second, tracking: where "
+        "another value of the same rebuild (the same seed and arm) lies farther from the "
+        "authors' than that resolution, for a cause the chapter has not found, the rebuild is "
+        "not shown to be their run. Its rows then set one run of ours against one run of theirs, "
+        "which is at best weak evidence (below). Both clauses act through what a chapter records "
+        "(the kind of the paper's value, and whether the run is in the paper's setting): like "
+        "the kind of the paper's value, they are the chapter's choices, stated in its rows; the "
+        "build, which recomputes each status from what the chapter recorded, cannot verify them;",
         "  - a paper's **one run** lies in the middle "
         f"{share} of our single runs (between their {tail}th and {100 - tail}th "
         "percentiles);",
