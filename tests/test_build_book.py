@@ -1,5 +1,6 @@
 """The parallel book build: tools/book_parallel.py declares only the audited extensions safe for
-parallel reading, and tools/build_book.py hands jupyter-book's build the number of processes."""
+parallel reading, and tools/build_book.py hands jupyter-book's build the number of processes;
+tools/book_reads.py marks a build that read every page."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 import book_parallel  # noqa: E402
+import book_reads  # noqa: E402
 import build_book  # noqa: E402
 
 
@@ -103,3 +105,29 @@ def test_each_document_is_a_task_of_its_own_largest_first(tmp_path):
     chunks = book_parallel.one_document_each(tmp_path)(
         ["book/a", "book/api", "book/b", "book/c", "book/missing"], 2)
     assert chunks == [["book/b"], ["book/api"], ["book/c"], ["book/a"], ["book/missing"]]
+
+
+def _sphinx_build(src: Path, out: Path) -> None:
+    from sphinx.application import Sphinx
+
+    app = Sphinx(str(src), str(src), str(out / "html"), str(out / "doctrees"), "html",
+                 status=None, warning=None, freshenv=False)
+    app.build()
+
+
+def test_the_mark_of_a_full_read_is_left_only_by_a_build_that_read_every_page(tmp_path):
+    """A real Sphinx build of a two-page project: the first build reads both pages and leaves the
+    mark beside its output; a second build after one page changed reads that page only (Sphinx's
+    incremental build) and removes the mark, so `make book` records no hash after it."""
+    src, out = tmp_path / "src", tmp_path / "_build"
+    src.mkdir()
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'tools')!r})\nextensions = ['book_reads']\n")
+    (src / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n   other\n")
+    (src / "other.rst").write_text("Other\n=====\n\nfirst\n")
+    mark = out / book_reads.MARK
+    _sphinx_build(src, out)
+    assert mark.is_file()
+    (src / "other.rst").write_text("Other\n=====\n\nsecond\n")
+    _sphinx_build(src, out)
+    assert not mark.exists()
