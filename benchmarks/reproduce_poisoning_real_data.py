@@ -777,48 +777,15 @@ def placed_sets(x: torch.Tensor, y: torch.Tensor, index: torch.Tensor, delta: to
     return xp, y.expand(len(index), -1).clone(), index
 
 
-def wide_scratch_task(*, surrogate_seed: int, target_seed: int, attack_seed: int,
-                      victim_seeds: list[int], hidden: int = WIDE_HIDDEN,
-                      train: mlp_victim.TrainConfig = WIDE_TRAIN, members: int = WIDE_MEMBERS,
-                      placements: tuple[str, ...] = WIDE_PLACEMENTS,
-                      eps_gray: float = CONTROL_EPS_GRAY, budget: int = CONTROL_BUDGET,
-                      targets_n: int = CONTROL_TARGETS, steps: int = CONTROL_STEPS,
-                      restarts: int = WIDE_RESTARTS) -> dict:
-    """Gradient matching on an ensemble of ``members`` surrogates against the wide MLP retrained
-    from scratch on every placement's poisoned sets, beside a random control of the attack's size;
-    per-pair outcomes (target-major), the victims' fit of their training set and of the poisons."""
-    start, cpu = time.perf_counter(), time.process_time()
-    x_all, y_all, xt, yt, data_range = data.digits_split()
-    _, (x, y) = split_for_transfer(x_all, y_all)
-    gray = (data_range[1] - data_range[0]) / 16
-    eps = eps_gray * gray
-    victim = mlp_victim.victim(mlp_victim.MLPConfig(hidden=hidden), train)
-    surrogate = victim.train(x, y, list(range(surrogate_seed, surrogate_seed + members)))
-    first = {k: v[:1] for k, v in surrogate.items()}
-    targets, adversarial = draw_targets(mlp_victim.predict(first, xt)[0], yt, targets_n,
-                                        target_seed)
-    clean = victim.train(x, y, victim_seeds)
-    pair_t = [t for t in targets for _ in victim_seeds]
-    pair_a = [a for a in adversarial for _ in victim_seeds]
-    clean_runs = {k: v[[victim_seeds.index(s) for _ in targets for s in victim_seeds]]
-                  for k, v in clean.items()}
-    record: dict = {
-        "hidden": hidden, "train": dataclasses.asdict(train), "members": members,
-        "eps_gray": eps_gray, "budget": budget, "steps": steps, "restarts": restarts,
-        "targets": targets, "adversarial": adversarial, "victim_seeds": list(victim_seeds),
-        "n_victim_train": len(x),
-        "surrogate_train_accuracy": mlp_victim.accuracy(surrogate, x, y).numpy(),
-        "surrogate_held_out_accuracy": mlp_victim.accuracy(surrogate, xt, yt).numpy(),
-        "clean_train_accuracy": mlp_victim.accuracy(clean, x, y).numpy(),
-        "clean_held_out_accuracy": mlp_victim.accuracy(clean, xt, yt).numpy(),
-        "clean": {k: v.astype(int) if v.dtype == bool else v for k, v in
-                  gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()},
-    }
-    t0 = time.perf_counter()
-    config = gm.AttackConfig(steps=steps, restarts=restarts, step_rule="authors")
-    b = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, budget, eps, data_range, config,
-                seed=attack_seed, victim=victim)
-    record["attack_seconds"] = time.perf_counter() - t0
+def score_arms(record: dict, victim: gm.Victim, surrogate: dict, b: gm.Brew, x: torch.Tensor,
+               y: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor, eps: float, data_range,
+               attack_seed: int, victim_seeds: list[int], placements: tuple[str, ...]) -> None:
+    """The attack's poisons ``b`` beside a random control of their size (l2 and l-inf per poison):
+    their sizes and matching losses on the surrogate, and, per placement, the victims retrained
+    from scratch on each arm's poisoned sets (per-pair outcomes, target-major), written into
+    ``record["arms"]``."""
+    pair_t = [t for t in b.targets.tolist() for _ in victim_seeds]
+    pair_a = [a for a in b.adversarial.tolist() for _ in victim_seeds]
     rand = gm.random_perturbations(x[b.poison_index], b.delta, eps, data_range,
                                    seed=attack_seed + 1)
     arms = {"attack": b.delta, "random": rand}
@@ -860,11 +827,124 @@ def wide_scratch_task(*, surrogate_seed: int, target_seed: int, attack_seed: int
                 "margin": margin[part], "train_accuracy": fit[part],
                 "poison_accuracy": poison_fit[part], "held_out_accuracy": held_out[part],
                 "seconds": seconds}
+
+
+def wide_setup(*, surrogate_seed: int, target_seed: int, victim_seeds: list[int], hidden: int,
+               train: mlp_victim.TrainConfig, members: int, eps_gray: float, budget: int,
+               targets_n: int, steps: int, restarts: int):
+    """wide_scratch's setting: the digits (the victims' part), ε, the wide MLP family, the
+    surrogate(s), the targets and their adversarial classes, and the record of the clean victims
+    (``victim_seeds``) on them. Returns (x, y, xt, yt, data_range, eps, victim, surrogate,
+    targets, adversarial, record)."""
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    _, (x, y) = split_for_transfer(x_all, y_all)
+    gray = (data_range[1] - data_range[0]) / 16
+    eps = eps_gray * gray
+    victim = mlp_victim.victim(mlp_victim.MLPConfig(hidden=hidden), train)
+    surrogate = victim.train(x, y, list(range(surrogate_seed, surrogate_seed + members)))
+    first = {k: v[:1] for k, v in surrogate.items()}
+    targets, adversarial = draw_targets(mlp_victim.predict(first, xt)[0], yt, targets_n,
+                                        target_seed)
+    clean = victim.train(x, y, victim_seeds)
+    pair_t = [t for t in targets for _ in victim_seeds]
+    pair_a = [a for a in adversarial for _ in victim_seeds]
+    clean_runs = {k: v[[victim_seeds.index(s) for _ in targets for s in victim_seeds]]
+                  for k, v in clean.items()}
+    record: dict = {
+        "hidden": hidden, "train": dataclasses.asdict(train), "members": members,
+        "eps_gray": eps_gray, "budget": budget, "steps": steps, "restarts": restarts,
+        "targets": targets, "adversarial": adversarial, "victim_seeds": list(victim_seeds),
+        "n_victim_train": len(x),
+        "surrogate_train_accuracy": mlp_victim.accuracy(surrogate, x, y).numpy(),
+        "surrogate_held_out_accuracy": mlp_victim.accuracy(surrogate, xt, yt).numpy(),
+        "clean_train_accuracy": mlp_victim.accuracy(clean, x, y).numpy(),
+        "clean_held_out_accuracy": mlp_victim.accuracy(clean, xt, yt).numpy(),
+        "clean": {k: v.astype(int) if v.dtype == bool else v for k, v in
+                  gm.target_outcome(victim, clean_runs, xt, yt, pair_t, pair_a).items()},
+    }
+    return x, y, xt, yt, data_range, eps, victim, surrogate, targets, adversarial, record
+
+
+def wide_scratch_task(*, surrogate_seed: int, target_seed: int, attack_seed: int,
+                      victim_seeds: list[int], hidden: int = WIDE_HIDDEN,
+                      train: mlp_victim.TrainConfig = WIDE_TRAIN, members: int = WIDE_MEMBERS,
+                      placements: tuple[str, ...] = WIDE_PLACEMENTS,
+                      eps_gray: float = CONTROL_EPS_GRAY, budget: int = CONTROL_BUDGET,
+                      targets_n: int = CONTROL_TARGETS, steps: int = CONTROL_STEPS,
+                      restarts: int = WIDE_RESTARTS) -> dict:
+    """Gradient matching on an ensemble of ``members`` surrogates against the wide MLP retrained
+    from scratch on every placement's poisoned sets, beside a random control of the attack's size;
+    per-pair outcomes (target-major), the victims' fit of their training set and of the poisons."""
+    start, cpu = time.perf_counter(), time.process_time()
+    x, y, xt, yt, data_range, eps, victim, surrogate, targets, adversarial, record = wide_setup(
+        surrogate_seed=surrogate_seed, target_seed=target_seed, victim_seeds=victim_seeds,
+        hidden=hidden, train=train, members=members, eps_gray=eps_gray, budget=budget,
+        targets_n=targets_n, steps=steps, restarts=restarts)
+    t0 = time.perf_counter()
+    config = gm.AttackConfig(steps=steps, restarts=restarts, step_rule="authors")
+    b = gm.brew(surrogate, x, y, xt, yt, targets, adversarial, budget, eps, data_range, config,
+                seed=attack_seed, victim=victim)
+    record["attack_seconds"] = time.perf_counter() - t0
+    score_arms(record, victim, surrogate, b, x, y, xt, yt, eps, data_range, attack_seed,
+               victim_seeds, placements)
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu
     return {("wide_scratch", f"MLP {hidden} scratch {eps_gray:g} gray"): record}
 
 
+
+
+# The published brew beside ours, on the wide setting: designed and committed before its run.
+# benchmarks/published_matching.py transcribes the brewing loop of the gradient-matching code the
+# paper ran (Geiping et al. 2021). With its three departures from gm.brew set to gm.brew's, it
+# gives gm.brew's poisons (tests/test_published_matching.py). Here they are set to the published
+# ones: the poisons augmented while brewing (their MNIST setting scaled to 8 pixels: shifts of at
+# most half a pixel, left-right mirroring), a start not projected into the data range, the trial
+# chosen by its loss during its last step. Everything else is wide_scratch's: its surrogate,
+# targets, poison images (those gm.brew draws for target a with seed ATTACK_SEED + a), victims
+# (WIDE_SEEDS, poisons replacing their images), 250 steps, the best of 8 trials, and a random
+# control of the attack's size. Criterion (the chapter's): the attack's Wilson 95 % interval by
+# target lies above its random control's.
+PUBLISHED_SHIFT = 1
+
+
+def published_brew_task(*, surrogate_seed: int, target_seed: int, attack_seed: int,
+                        victim_seeds: list[int], hidden: int = WIDE_HIDDEN,
+                        train: mlp_victim.TrainConfig = WIDE_TRAIN,
+                        eps_gray: float = CONTROL_EPS_GRAY, budget: int = CONTROL_BUDGET,
+                        targets_n: int = CONTROL_TARGETS, steps: int = CONTROL_STEPS,
+                        restarts: int = WIDE_RESTARTS) -> dict:
+    """The published brew (benchmarks/published_matching.py, as published) against wide_scratch's
+    victims, one target at a time, beside a random control of its size; per-pair outcomes."""
+    import published_matching as pm
+
+    start, cpu = time.perf_counter(), time.process_time()
+    x, y, xt, yt, data_range, eps, victim, surrogate, targets, adversarial, record = wide_setup(
+        surrogate_seed=surrogate_seed, target_seed=target_seed, victim_seeds=victim_seeds,
+        hidden=hidden, train=train, members=1, eps_gray=eps_gray, budget=budget,
+        targets_n=targets_n, steps=steps, restarts=restarts)
+    t0 = time.perf_counter()
+    index = torch.stack([gm.choose_poisons(y, c, budget, attack_seed + a)
+                         for a, c in enumerate(adversarial)])
+    deltas, scores = [], []
+    for a, (t, c) in enumerate(zip(targets, adversarial, strict=True)):
+        d, s = pm.brew(victim.logits, surrogate, xt[t], c, x[index[a]], y[index[a]], eps,
+                       data_range, steps=steps, restarts=restarts, paugment=True,
+                       shift=PUBLISHED_SHIFT, seed=attack_seed + a)
+        deltas.append(d)
+        scores.append(s)
+    scores = torch.stack(scores)
+    b = gm.Brew(poison_index=index, delta=torch.stack(deltas), matching_loss=scores.min(-1).values,
+                targets=torch.tensor(targets), adversarial=torch.tensor(adversarial),
+                restart_losses=scores)
+    record["attack_seconds"] = time.perf_counter() - t0
+    record["published"] = {"paugment": True, "shift": PUBLISHED_SHIFT, "fliplr": True,
+                           "project_start": False, "select": "last_step"}
+    score_arms(record, victim, surrogate, b, x, y, xt, yt, eps, data_range, attack_seed,
+               victim_seeds, ("replace",))
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return {("published_brew", f"MLP {hidden} scratch {eps_gray:g} gray"): record}
 
 
 # The wide setting with weight decay in the victim's and the surrogate's AdamW (the published
@@ -1502,6 +1582,11 @@ def control_tasks() -> list:
              {"surrogate_seed": SURROGATE_SEED, "target_seed": TARGET_SEED,
               "attack_seed": ATTACK_SEED, "victim_seeds": WIDE_SEEDS},
              900.0, (("wide_scratch", f"MLP {WIDE_HIDDEN} scratch {CONTROL_EPS_GRAY:g} gray"),)),
+        Task(f"published brew, wide MLP scratch {CONTROL_EPS_GRAY:g} gray", published_brew_task,
+             {"surrogate_seed": SURROGATE_SEED, "target_seed": TARGET_SEED,
+              "attack_seed": ATTACK_SEED, "victim_seeds": WIDE_SEEDS},
+             900.0, (("published_brew",
+                      f"MLP {WIDE_HIDDEN} scratch {CONTROL_EPS_GRAY:g} gray"),)),
     ] + [
         Task(f"penalized {kind} {n} targets", penalized_task,
              {"kind": kind, "targets_n": n, "seeds": list(VICTIM_SEEDS)},
@@ -1590,6 +1675,17 @@ def control_settings() -> dict:
                          "placements": list(WIDE_PLACEMENTS), "victim_seeds": WIDE_SEEDS,
                          "budget": CONTROL_BUDGET, "targets": CONTROL_TARGETS,
                          "eps_gray": CONTROL_EPS_GRAY},
+        "published_brew": {"setting": "wide_scratch's (surrogate, targets, poison images, victims, "
+                           "poisons replacing their images)",
+                           "attack": "benchmarks/published_matching.py: the published brewing "
+                           "loop, as published (poisons augmented while brewing, shift "
+                           f"{PUBLISHED_SHIFT} of 8 pixels and left-right mirroring; start not "
+                           "projected into the data range; the trial chosen by its loss during "
+                           "its last step)", "steps": CONTROL_STEPS, "restarts": WIDE_RESTARTS,
+                           "tau": 0.1, "victim_seeds": WIDE_SEEDS, "budget": CONTROL_BUDGET,
+                           "targets": CONTROL_TARGETS, "eps_gray": CONTROL_EPS_GRAY,
+                           "criterion": "the attack's Wilson 95 % interval by target above its "
+                           "random control's"},
         "weight_decay": {"setting": "wide_scratch's, AdamW weight decay in the victims' and the "
                          "surrogate's training", "weight_decays": list(WIDE_WD),
                          "target_seed": WIDE_WD_TARGET_SEED, "victim_seeds": WIDE_WD_SEEDS,

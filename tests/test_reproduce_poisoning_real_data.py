@@ -390,3 +390,25 @@ def test_the_joint_task_on_a_tiny_size():
     long = f"{rp.JOINT_LONG[0]}, {rp.JOINT_LONG[1]} epochs"
     assert tasks[f"joint {long}"].writes == (("joint", long),)
     assert tasks[f"joint {long}"].kwargs["epochs"] == rp.JOINT_LONG[1]
+
+
+def test_the_published_brew_task_on_a_tiny_size():
+    """The published brew on wide_scratch's setting: its poisons are the images gm.brew draws, its
+    perturbations stay in the eps-box, the random control has their size, and one outcome per
+    (target, seed) pair and arm, a flip exactly when the adversarial margin is positive."""
+    out = rp.published_brew_task(surrogate_seed=100, target_seed=0, attack_seed=1,
+                                 victim_seeds=[0, 2], hidden=8,
+                                 train=rp.mlp_victim.TrainConfig(epochs=1), budget=3, targets_n=2,
+                                 steps=3, restarts=2)
+    record = out[("published_brew", "MLP 8 scratch 2 gray")]
+    _plain(record)
+    assert record["published"]["paugment"] and record["published"]["select"] == "last_step"
+    assert len(record["arms"]["attack"]["restart_losses"]) == 2
+    ratio = record["arms"]["random"]["size_ratio"]
+    assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    for arm in record["arms"].values():
+        assert arm["linf_over_eps_median"] <= 1 + 1e-9
+        got = arm["replace"]
+        assert len(got["success"]) == 4
+        assert np.array_equal(got["success"], got["margin"] > 0)
+    assert "published brew, wide MLP scratch 2 gray" in {t.key for t in rp.tasks()}
