@@ -113,6 +113,14 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
     :func:`record` takes the same comparison under each other reading (``readings``) and the
     entry's status is the status all readings share when they agree, and **inconclusive** when
     they disagree: one reading alone earns no verdict the other would deny.
+11. Not blind: where the reading of the authors' plot, the bracket or the tolerance that decides
+    a comparison was fixed after our runs were seen (the entry's item, setting or note says
+    :data:`SEEN_MARK`), an agreement that rules 2, 3, 4 or 6 would call reproduced is only
+    **weak evidence**: a reading chosen with our runs in view could have been steered towards
+    them, whatever kind the paper's value is and however plain the reading. A miss stays a miss
+    (rule 9), and a blind reading keeps the status the numbers give. Whether a row carries the
+    mark is the chapter's statement, like ``in_hypotheses``; the rule and :func:`rule_problems`
+    act on it.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
@@ -152,6 +160,10 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
   lie inside: reproduced, though only 60 % of the single seeds do.
 * a number the paper prints for a convex model, recomputed on a network outside that theorem's
   hypotheses: illustration.
+* an escape iteration the authors' plot shows between 500 and 800, read as ``650`` with
+  ``tol = 150`` (half the bracket), and our rebuild's 800, on the bracket's edge: reproduced when
+  the bracket was fixed before our runs were seen; weak evidence when the row says
+  :data:`SEEN_MARK` (rule 11); our 900 misses either way (not reproduced).
 * our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5 under one reading
   (reproduced) and 17.8 under another (not reproduced): inconclusive; under readings 17.5 and
   12.0, both reproduced: reproduced.
@@ -520,7 +532,7 @@ def _other_readings(readings, fields: dict, entry: dict) -> list[dict]:
 
 
 def _one_status(entry: dict) -> str:
-    """The status of one reading of a paper number (rules 1 to 9)."""
+    """The status of one reading of a paper number (rules 1 to 9 and 11)."""
     if not entry["in_hypotheses"]:
         return "illustration"
     stat, paper, ours, tol = entry["paper_stat"], entry["paper_value"], entry["ours"], entry["tol"]
@@ -552,7 +564,9 @@ def _one_status(entry: dict) -> str:
         if agrees and (_too_wide(band, paper) or ours["n"] < MIN_RUNS):
             return "weak evidence"  # rule 8: a band too wide, or too few runs of ours
     if agrees:
-        return "reproduced"
+        # rule 11: an agreement whose reading, bracket or tolerance was fixed after our runs were
+        # seen is weak evidence at most
+        return "weak evidence" if _not_blind(entry) else "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
 
 
@@ -941,9 +955,10 @@ _HOW_REPRODUCED = {"closed_form": "arithmetic of the paper's setting without a r
                    "interval": "a range of the paper's holding ours"}
 
 
-#: The words by which a row's note says that the reading of the authors' plot, or the tolerance,
-#: that decides its comparison was fixed after our runs were seen; the counts of reproduced paper
-#: numbers say how many rest on such a row (:func:`_how_reproduced`).
+#: The words by which a row's item, setting or note says that the reading of the authors' plot,
+#: the bracket or the tolerance that decides its comparison was fixed after our runs were seen:
+#: such an agreement is weak evidence at most (rule 11 of the module docstring), and the counts of
+#: weak evidence say how many are so (:func:`_how_weak`).
 SEEN_MARK = "after our runs were seen (not blind)"
 
 
@@ -978,6 +993,8 @@ def tally(entries: Sequence[dict]) -> str:
         text = f"{count} {word}"
         if word == "reproduced":
             text += _how_reproduced(entries)
+        elif word == "weak evidence":
+            text += _how_weak(entries)
         parts.append(text)
     n = len(entries)
     return f"{n} entr{'y' if n == 1 else 'ies'}: " + ", ".join(parts)
@@ -987,27 +1004,29 @@ def _how_reproduced(entries: Sequence[dict]) -> str:
     """" (12 exact, 6 one run of the paper's among ours)": the reproduced paper entries split by
     what was compared, with the values recorded as ``closed_form`` (arithmetic of the paper's
     setting) counted apart from the exact outcomes of runs; empty when there are none, or when all
-    are exact outcomes of runs none of which rests on a reading made after our runs were seen.
-    Where some do (their rows say :data:`SEEN_MARK`), the kind says how many: " (12 exact, of
-    which 9 rest on a reading or tolerance fixed after our runs were seen; 6 one run of the
-    paper's among ours)"."""
+    are exact outcomes of runs. (No reproduced entry rests on a reading made after our runs were
+    seen: rule 11 makes such an agreement weak evidence, counted by :func:`_how_weak`.)"""
     reproduced = [e for e in entries if e["status"] == "reproduced" and e["kind"] == "paper"]
     kinds = ["closed_form" if e.get("closed_form") is True
              else e.get("paper_stat") if e.get("paper_stat") in ("exact", "single", "interval")
              else "statistic" for e in reproduced]
-    seen = [kind for kind, e in zip(kinds, reproduced, strict=True) if _not_blind(e)]
-    split = []
-    for kind, how in _HOW_REPRODUCED.items():
-        if not kinds.count(kind):
-            continue
-        text = f"{kinds.count(kind)} {how}"
-        if seen.count(kind):
-            text += (f", of which {seen.count(kind)} rest{'s' if seen.count(kind) == 1 else ''} "
-                     "on a reading or tolerance fixed after our runs were seen")
-        split.append(text)
-    if len(split) > 1 or (split and (kinds[0] != "exact" or seen)):
-        return " (" + ("; " if seen else ", ").join(split) + ")"
+    split = [f"{kinds.count(kind)} {how}" for kind, how in _HOW_REPRODUCED.items()
+             if kinds.count(kind)]
+    if len(split) > 1 or (split and kinds[0] != "exact"):
+        return " (" + ", ".join(split) + ")"
     return ""
+
+
+def _how_weak(entries: Sequence[dict]) -> str:
+    """" (23 of them agreements on a reading or tolerance fixed after our runs were seen)": how
+    many of the weak-evidence paper entries are so by rule 11 (their rows say :data:`SEEN_MARK`);
+    empty when none is."""
+    seen = sum(e["status"] == "weak evidence" and e["kind"] == "paper" and _not_blind(e)
+               for e in entries)
+    if not seen:
+        return ""
+    return (f" ({seen} of them {'an agreement' if seen == 1 else 'agreements'} on a reading or "
+            "tolerance fixed after our runs were seen)")
 
 
 _PAPER_FIELDS = {"kind", "paper", "item", "paper_stat", "paper_n", "paper_value", "in_hypotheses",
@@ -1180,6 +1199,12 @@ def rule_problems(ledger: dict) -> list[str]:
                     recomputed["readings"] = [_recomputed_band(r, problems, chapter, key)
                                               for r in entry["readings"]]
                 status = _status(recomputed)
+                if entry["status"] == "reproduced" and _not_blind(entry):
+                    problems.append(
+                        f"{chapter}: entry {key!r} is marked 'reproduced' but its row says "
+                        f"{SEEN_MARK!r}: an agreement on a reading or tolerance fixed after our "
+                        "runs were seen is weak evidence at most (rule 11)"
+                    )
             if status != entry["status"]:
                 problems.append(
                     f"{chapter}: entry {key!r} is marked {entry['status']!r} but the rule gives "
@@ -1499,12 +1524,14 @@ def rule_markdown() -> str:
         "seen, the row is an illustration, however close the numbers: the final effective ranks "
         "of the rebuilt seeds of {doc}`dynamical-characterization` and of {doc}`greedy-learning` "
         "(the pixel in their notes was chosen after the runs were seen, and is not the verdict's "
-        "tolerance). A reading of the authors' plot that leaves no choice (the iteration at "
-        "which a curve passes a level) does not depend on our runs' precision; where it was "
-        "made after our runs were seen ({doc}`greedy-learning`'s escape iterations, and those of "
-        "the rebuilt seeds of {doc}`dynamical-characterization`, the readings of both fixed "
-        "after our runs were seen), the row says \"" + SEEN_MARK + "\", and the counts below "
-        "say how many of the reproduced values rest on such a row. Second, tracking: where "
+        "tolerance). Where a reading of the authors' plot, or a bracket or tolerance, that "
+        "decides a row was fixed after our runs were seen, however plain the reading (the "
+        "iteration at which a curve passes a level), the row says \"" + SEEN_MARK + "\", and "
+        "an agreement is at most weak evidence (below), never reproduced: a reading made with "
+        "our runs in view could have been steered towards them. This holds for "
+        "{doc}`greedy-learning`'s escape iterations and those of the rebuilt seeds of "
+        "{doc}`dynamical-characterization`, whose readings were fixed after our runs were seen. "
+        "Second, tracking: where "
         "another value of the same rebuild (the same seed and arm) lies farther from the "
         "authors' than that resolution, for a cause the chapter has not found, the rebuild is "
         "not shown to be their run. Its rows then set one run of ours against one run of theirs, "
@@ -1560,7 +1587,14 @@ def rule_markdown() -> str:
         "the paper states holds nine in ten of fewer than "
         f"{MIN_RUNS} runs); likewise an exact value whose tolerance is at least half the paper's "
         "value (a reading bracketed by printouts 0 and 10 000 as 5 000 ± 5 000). A paper's value "
-        "of 0 has no half or double apart from itself, so this test does not apply to it;",
+        "of 0 has no half or double apart from itself, so this test does not apply to it. "
+        "Weak evidence at most, too: any agreement (of an exact value, a run, a statistic or a "
+        "range) whose reading of the authors' plot, bracket or tolerance was fixed after our runs"
+        " were seen, which its row says (a blind reading keeps the status its numbers give; an "
+        "exact value read as 650 ± 150 from a plot that shows 500 to 800 and our 800, on the "
+        "bracket's edge, is reproduced when the bracket was fixed before our runs were seen and "
+        "weak evidence when it was fixed after); the counts below say how many weak-evidence "
+        "rows are so;",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
         "contrast; the other arm's number, for one arm of a clean/poisoned pair), or the paper's "
@@ -1624,7 +1658,8 @@ def _count_line(rows: list, statuses: tuple[str, ...]) -> str:
     by what was compared (as :func:`tally`), and where some entries differ, the misses in all
     (differs and not reproduced: a difference is a miss whose reason the chapter gives)."""
     counts = [(s, sum(e["status"] == s for e in rows)) for s in statuses]
-    line = ", ".join(f"{n} {s}" + (_how_reproduced(rows) if s == "reproduced" else "")
+    how = {"reproduced": _how_reproduced, "weak evidence": _how_weak}
+    line = ", ".join(f"{n} {s}" + (how[s](rows) if s in how else "")
                      for s, n in counts if n) or "none"
     explained = dict(counts).get("differs", 0)
     misses = explained + dict(counts).get("not reproduced", 0)
