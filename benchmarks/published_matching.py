@@ -92,7 +92,7 @@ def target_gradient(logits: Logits, params: dict[str, torch.Tensor], x_target: t
     and ‖g_t‖ over every parameter tensor."""
     leaves = [p.detach().requires_grad_() for p in params.values()]
     loss = per_run_cross_entropy(logits(dict(zip(params, leaves, strict=True)),
-                                        x_target[None]), intended[None]).sum()
+                                        x_target[None, None]), intended[None]).sum()
     g_t = [g.detach() for g in torch.autograd.grad(loss, leaves)]
     return g_t, torch.sqrt(sum((g * g).sum() for g in g_t))
 

@@ -947,6 +947,72 @@ def published_brew_task(*, surrogate_seed: int, target_seed: int, attack_seed: i
     return {("published_brew", f"MLP {hidden} scratch {eps_gray:g} gray"): record}
 
 
+# The published brew on the control's MLP transfer setting at the chapter's eps (designed and
+# committed before its run): the control's extractor, surrogate head, targets and victim seeds, the
+# poison images gm.brew draws (seed ATTACK_SEED + a for target a), appended as in the control,
+# the published loop as published (augmentation, start, choice of trial) with the published 8
+# trials of 250 steps, and a random control of the attack's size. Criterion: the chapter's.
+def published_transfer_task(*, surrogate_seed: int, extractor_seed: int, target_seed: int,
+                            attack_seed: int, victim_seeds: list[int],
+                            eps_gray: float = CONTROL_EPS_GRAY, budget: int = CONTROL_BUDGET,
+                            targets_n: int = CONTROL_TARGETS, steps: int = CONTROL_STEPS,
+                            restarts: int = WIDE_RESTARTS) -> dict:
+    """The published brew against the control's MLP head retrained on frozen features, beside a
+    random control of its size; per-pair outcomes (target-major)."""
+    import published_matching as pm
+
+    start, cpu = time.perf_counter(), time.process_time()
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    pretrain, (x, y) = split_for_transfer(x_all, y_all)
+    eps = eps_gray * (data_range[1] - data_range[0]) / 16
+    victim, _ = control_victim("MLP", "transfer", pretrain, extractor_seed)
+    surrogate = victim.train(x[None], y[None], [surrogate_seed])
+    with torch.no_grad():
+        predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
+    targets, adversarial = draw_targets(predicted, yt, targets_n, target_seed)
+    index = torch.stack([gm.choose_poisons(y, c, budget, attack_seed + a)
+                         for a, c in enumerate(adversarial)])
+    t0 = time.perf_counter()
+    deltas, scores = [], []
+    for a, (t, c) in enumerate(zip(targets, adversarial, strict=True)):
+        d, s = pm.brew(victim.logits, surrogate, xt[t], c, x[index[a]], y[index[a]], eps,
+                       data_range, steps=steps, restarts=restarts, paugment=True,
+                       shift=PUBLISHED_SHIFT, seed=attack_seed + a)
+        deltas.append(d)
+        scores.append(s)
+    scores = torch.stack(scores)
+    b = gm.Brew(poison_index=index, delta=torch.stack(deltas), matching_loss=scores.min(-1).values,
+                targets=torch.tensor(targets), adversarial=torch.tensor(adversarial),
+                restart_losses=scores)
+    record: dict = {"family": "MLP", "setting": "transfer", "eps_gray": eps_gray,
+                    "budget": budget, "steps": steps, "restarts": restarts, "targets": targets,
+                    "adversarial": adversarial, "victim_seeds": list(victim_seeds),
+                    "attack_seconds": time.perf_counter() - t0,
+                    "published": {"paugment": True, "shift": PUBLISHED_SHIFT, "fliplr": True,
+                                  "project_start": False, "select": "last_step"}}
+    rand = gm.random_perturbations(x[index], b.delta, eps, data_range, seed=attack_seed + 1)
+    arms = {"attack": b.delta, "random": rand}
+    params = gm.retrain(victim, x, y, torch.cat([index] * 2), torch.cat(list(arms.values())),
+                        victim_seeds)
+    pair_t = [t for t in targets for _ in victim_seeds]
+    pair_a = [c for c in adversarial for _ in victim_seeds]
+    out = gm.target_outcome(victim, params, xt, yt, pair_t * 2, pair_a * 2)
+    n_pairs = len(pair_t)
+    record["arms"] = {}
+    for k, (name, d) in enumerate(arms.items()):
+        part = slice(k * n_pairs, (k + 1) * n_pairs)
+        record["arms"][name] = {
+            "l2_over_eps_median": float(torch.linalg.vector_norm(d, dim=-1).median() / eps),
+            "linf_over_eps_median": float(d.abs().amax(-1).median() / eps),
+            "matching_loss": gm.matching_loss(surrogate, xt, b, x, d, victim=victim),
+            "success": out["success"][part].astype(int), "p_adv": out["p_adv"][part]}
+    record["arms"]["random"]["size_ratio"] = gm.size_ratio(rand, b.delta)
+    record["arms"]["attack"]["restart_losses"] = b.restart_losses
+    record["seconds"] = time.perf_counter() - start
+    record["cpu_seconds"] = time.process_time() - cpu
+    return {("published_brew", f"MLP transfer {eps_gray:g} gray"): record}
+
+
 # The wide setting with weight decay in the victim's and the surrogate's AdamW (the published
 # victims train with weight decay 5e-4): two pre-registered pilots, on the search's targets and
 # seeds (WIDE_WD_TARGET_SEED, WIDE_WD_SEEDS, WIDE_WD_TARGETS targets), everything else as in
@@ -1587,6 +1653,11 @@ def control_tasks() -> list:
               "attack_seed": ATTACK_SEED, "victim_seeds": WIDE_SEEDS},
              900.0, (("published_brew",
                       f"MLP {WIDE_HIDDEN} scratch {CONTROL_EPS_GRAY:g} gray"),)),
+        Task(f"published brew, MLP transfer {CONTROL_EPS_GRAY:g} gray", published_transfer_task,
+             {"surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": CONTROL_SETTINGS["MLP transfer"][2]},
+             300.0, (("published_brew", f"MLP transfer {CONTROL_EPS_GRAY:g} gray"),)),
     ] + [
         Task(f"penalized {kind} {n} targets", penalized_task,
              {"kind": kind, "targets_n": n, "seeds": list(VICTIM_SEEDS)},
@@ -1676,7 +1747,8 @@ def control_settings() -> dict:
                          "budget": CONTROL_BUDGET, "targets": CONTROL_TARGETS,
                          "eps_gray": CONTROL_EPS_GRAY},
         "published_brew": {"setting": "wide_scratch's (surrogate, targets, poison images, victims, "
-                           "poisons replacing their images)",
+                           "poisons replacing their images); and the control's MLP transfer "
+                           "(extractor, surrogate head, targets, victims, poisons appended)",
                            "attack": "benchmarks/published_matching.py: the published brewing "
                            "loop, as published (poisons augmented while brewing, shift "
                            f"{PUBLISHED_SHIFT} of 8 pixels and left-right mirroring; start not "

@@ -412,3 +412,20 @@ def test_the_published_brew_task_on_a_tiny_size():
         assert len(got["success"]) == 4
         assert np.array_equal(got["success"], got["margin"] > 0)
     assert "published brew, wide MLP scratch 2 gray" in {t.key for t in rp.tasks()}
+
+
+def test_the_published_brew_on_the_transfer_head_on_a_tiny_size(monkeypatch):
+    """The published brew against the control's MLP head: eps-box, a random control of its size,
+    one outcome per (target, seed) pair and arm."""
+    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1, batch=64, lr=1e-2))
+    out = rp.published_transfer_task(surrogate_seed=100, extractor_seed=3, target_seed=0,
+                                     attack_seed=1, victim_seeds=[0, 2], budget=3, targets_n=2,
+                                     steps=3, restarts=2)
+    record = out[("published_brew", "MLP transfer 2 gray")]
+    _plain(record)
+    ratio = record["arms"]["random"]["size_ratio"]
+    assert ratio["l2"] == pytest.approx(1.0, abs=0.05) and ratio["linf"] <= 1 + 1e-9
+    for arm in record["arms"].values():
+        assert arm["linf_over_eps_median"] <= 1 + 1e-9 and len(arm["success"]) == 4
+    assert "published brew, MLP transfer 2 gray" in {t.key for t in rp.tasks()}
