@@ -1141,3 +1141,39 @@ def test_an_agreement_on_a_reading_fixed_after_our_runs_were_seen_is_weak_eviden
     rule = ledger.rule_markdown()
     assert ledger.SEEN_MARK in rule and "650 ± 150" in rule
     assert "{doc}`dynamical-characterization`" in rule and "{doc}`greedy-learning`'s escape" in rule
+
+
+def test_a_reading_not_fixed_blind_marks_every_row_that_uses_it(chapter):
+    """Rule 11 through one object: a PlotReading not fixed blind puts SEEN_MARK in the note of
+    every row that compares it (the rebuild of the authors' seed and the row asking whether that
+    run is typical alike), so the two rows cannot disagree; a blind reading adds nothing; a row
+    whose paper_value is not the reading is refused."""
+    seen = ledger.PlotReading(2_800, 2_900, blind=False)
+    blind = ledger.PlotReading(2_800, 2_900, blind=True)
+    low, high = seen  # it is the pair
+    assert (low, high) == (2_800.0, 2_900.0) and sum(seen) / 2 == seen.value == 2_850.0
+    assert seen.made() == "made " + ledger.SEEN_MARK
+    rebuilt = ledger.record("rebuilt", paper=PAPER, item="escape, seed 302", ours=2_850.0,
+                            paper_value=seen.value, paper_stat="exact", tol=50.0, section="s",
+                            plot_reading=seen)
+    typical = _rec("typical", seen.value, np.linspace(1_855.0, 3_845.0, 32), "single",
+                   plot_reading=seen)
+    assert rebuilt == typical == "weak evidence"
+    for key in ("rebuilt", "typical"):
+        (entry,) = ledger.recorded(key)
+        assert entry["note"].count(ledger.SEEN_MARK) == 1, entry["note"]
+    # the mark already in the note is not repeated; a blind reading keeps the numbers' status
+    assert _rec("noted", seen.value, 2_850.0, "exact", tol=50.0, note=seen.made(),
+                plot_reading=seen) == "weak evidence"
+    assert ledger.recorded("noted")[0]["note"] == seen.made()
+    assert _rec("blind", blind.value, np.linspace(1_855.0, 3_845.0, 32), "single",
+                plot_reading=blind) == "reproduced"
+    assert _rec("range-read", tuple(seen), np.full(20, 2_850.0), "interval",
+                plot_reading=seen) == "weak evidence"
+    with pytest.raises(ValueError, match="is not the reading"):
+        _rec("other-value", 2_000.0, 2_850.0, "exact", tol=50.0, plot_reading=seen)
+    with pytest.raises(ValueError, match="PlotReading"):
+        _rec("bare-pair", seen.value, 2_850.0, "exact", tol=50.0, plot_reading=(2_800, 2_900))
+    with pytest.raises(ValueError, match="low <= high"):
+        ledger.PlotReading(3, 2, blind=False)
+    assert ledger.rule_problems({"c": _entries(chapter)}) == []

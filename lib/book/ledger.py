@@ -120,7 +120,9 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
     them, whatever kind the paper's value is and however plain the reading. A miss stays a miss
     (rule 9), and a blind reading keeps the status the numbers give. Whether a row carries the
     mark is the chapter's statement, like ``in_hypotheses``; the rule and :func:`rule_problems`
-    act on it.
+    act on it. A reading used by several rows (the rebuild of the authors' seed, the row asking
+    whether that run is typical of ours) is one :class:`PlotReading`, passed to each as
+    ``plot_reading``: the mark follows the reading into every row that compares it.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
@@ -817,6 +819,7 @@ def record(
     closed_form: bool = False,
     grid: bool = False,
     readings: Sequence[dict] | None = None,
+    plot_reading: PlotReading | None = None,
 ) -> str:
     """Record one number of a paper that the chapter compares with its runs; return its status.
 
@@ -849,7 +852,9 @@ def record(
     replaces among :data:`READING_FIELDS` (e.g. ``{"reading": "a cut of 0.02", "ours": ...}``);
     the status is then the common status of every reading when they all agree, and
     ``"inconclusive"`` when they disagree (rule 10), and ``note`` must contain
-    :data:`READING_DECIDES`.
+    :data:`READING_DECIDES`; ``plot_reading``: the :class:`PlotReading` of the authors' plot
+    that ``paper_value`` is (its middle, or the pair for an interval): a reading not fixed blind
+    puts :data:`SEEN_MARK` in the note (rule 11), so every row that uses the reading carries it.
 
     The status follows the rule of the module docstring: ``"reproduced"``, ``"weak evidence"``,
     ``"inconclusive"``, ``"illustration"``, ``"differs"`` or ``"not reproduced"``.
@@ -860,6 +865,8 @@ def record(
               "in_hypotheses": in_hypotheses, "tol": tol, "setting": setting, "reason": reason,
               "explain": explain, "note": note, "against": against, "closed_form": closed_form,
               "grid": grid}
+    if plot_reading is not None:
+        _with_reading(plot_reading, fields)
     entry = _entry(**fields)
     if readings is not None:
         entry["readings"] = _other_readings(readings, fields, entry)
@@ -960,6 +967,67 @@ _HOW_REPRODUCED = {"closed_form": "arithmetic of the paper's setting without a r
 #: such an agreement is weak evidence at most (rule 11 of the module docstring), and the counts of
 #: weak evidence say how many are so (:func:`_how_weak`).
 SEEN_MARK = "after our runs were seen (not blind)"
+
+
+class PlotReading(tuple):
+    """A value read off the authors' plot (or bracketed by their printout): the pair ``(low, high)``
+    with whether the bracket was fixed ``blind`` (before our runs were seen).
+
+    It is the pair itself (``low, high = reading`` and ``sum(reading) / 2`` work as for a tuple), so
+    one object carries the reading to every row that uses it: :func:`record` with
+    ``plot_reading=`` checks that the row's ``paper_value`` is this reading (its middle
+    ``(low + high) / 2``, or the pair for an interval) and, for a reading not fixed blind, adds
+    :data:`SEEN_MARK` to the row's note when its item, setting and note lack it (rule 11), so the
+    mark follows the reading into every row, the rebuild of the authors' seed and the row that
+    asks whether that run is typical alike.
+    """
+
+    blind: bool
+
+    def __new__(cls, low: float, high: float, *, blind: bool) -> PlotReading:
+        # the numbers as given (an int stays an int, so a row's text prints it as before)
+        if _real(low, "low") > _real(high, "high"):
+            raise ValueError(f"a reading needs low <= high, got {low!r} > {high!r}")
+        reading = super().__new__(cls, (low, high))
+        reading.blind = _flag(blind, "blind")
+        return reading
+
+    @property
+    def value(self) -> float:
+        """The middle of the bracket, (low + high) / 2: the paper's value a row compares."""
+        return (self[0] + self[1]) / 2
+
+    def made(self) -> str:
+        """'made after our runs were seen (not blind)' or 'made before our runs were seen'."""
+        return "made " + (SEEN_MARK if not self.blind else "before our runs were seen")
+
+    def __reduce__(self):
+        return (_plot_reading, (self[0], self[1], self.blind))
+
+
+def _plot_reading(low: float, high: float, blind: bool) -> PlotReading:
+    return PlotReading(low, high, blind=blind)
+
+
+def _with_reading(reading, fields: dict) -> None:
+    """Check that ``fields`` (the arguments of :func:`record`) compare the reading ``reading`` and
+    put :data:`SEEN_MARK` in their note when the reading was not fixed blind (rule 11)."""
+    if not isinstance(reading, PlotReading):
+        raise ValueError(f"plot_reading must be a ledger.PlotReading, got {reading!r:.60}")
+    value = fields["paper_value"]
+    if fields["paper_stat"] == "interval":
+        same = isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, (int, float)) and float(v) == r for v, r in zip(value, reading))
+    else:
+        same = isinstance(value, (int, float, np.floating, np.integer)) and float(
+            value) == reading.value
+    if not same:
+        raise ValueError(f"paper_value {value!r:.60} is not the reading {tuple(reading)!r} "
+                         "(its middle, or the pair for an interval)")
+    if reading.blind or _not_blind(fields):
+        return
+    mark = f"the reading {reading[0]:,g}–{reading[1]:,g} was {reading.made()}"
+    fields["note"] = f"{fields['note']}; {mark}" if fields["note"] else mark
 
 
 def _not_blind(entry: dict) -> bool:
@@ -1519,7 +1587,11 @@ def rule_markdown() -> str:
         "tolerance must also cover the difference of precision. The last digit of a "
         "single-precision printout does not: it would test the rebuild's arithmetic, not the "
         "paper's number. Such a row is compared at the resolution at which the paper shows the "
-        "value, a pixel of its figure. "
+        "value, a pixel of its figure, or the bracket of the printouts that enclose it. Such a "
+        "tolerance covers the difference of precision only by being coarse: no bound on how far "
+        "a double-precision rebuild drifts from a single-precision run over the steps between "
+        "two printouts is derived, so an agreement within a bracket says that the rebuild lands "
+        "in the bracket, no more. "
         "Where no tolerance for the difference of precision was fixed before our runs were "
         "seen, the row is an illustration, however close the numbers: the final effective ranks "
         "of the rebuilt seeds of {doc}`dynamical-characterization` and of {doc}`greedy-learning` "
@@ -1530,7 +1602,11 @@ def rule_markdown() -> str:
         "an agreement is at most weak evidence (below), never reproduced: a reading made with "
         "our runs in view could have been steered towards them. This holds for "
         "{doc}`greedy-learning`'s escape iterations and those of the rebuilt seeds of "
-        "{doc}`dynamical-characterization`, whose readings were fixed after our runs were seen. "
+        "{doc}`dynamical-characterization`, whose readings were fixed after our runs were seen, "
+        "and for every row that uses such a reading: the rebuild of the authors' seed and the "
+        "row that asks whether that run is typical of ours alike. A chapter holds each reading "
+        "as one object, its bracket with whether it was fixed blind, and each row that compares "
+        "it takes the mark from that object, so the two rows cannot disagree. "
         "Neither these rows nor the effective ranks above count as reproductions; they differ "
         "in what the chapter records: the effective ranks have no tolerance of the verdict at "
         "all, so they are illustrations, while the escape iterations have one, fixed after our "
