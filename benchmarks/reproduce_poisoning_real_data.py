@@ -908,24 +908,14 @@ def wide_scratch_task(*, surrogate_seed: int, target_seed: int, attack_seed: int
 PUBLISHED_SHIFT = 1
 
 
-def published_brew_task(*, surrogate_seed: int, target_seed: int, attack_seed: int,
-                        victim_seeds: list[int], hidden: int = WIDE_HIDDEN,
-                        train: mlp_victim.TrainConfig = WIDE_TRAIN,
-                        eps_gray: float = CONTROL_EPS_GRAY, budget: int = CONTROL_BUDGET,
-                        targets_n: int = CONTROL_TARGETS, steps: int = CONTROL_STEPS,
-                        restarts: int = WIDE_RESTARTS) -> dict:
-    """The published brew (benchmarks/published_matching.py, as published) against wide_scratch's
-    victims, one target at a time, beside a random control of its size; per-pair outcomes."""
+def published_brews(victim: gm.Victim, surrogate: dict, x: torch.Tensor, y: torch.Tensor,
+                    xt: torch.Tensor, targets: list[int], adversarial: list[int],
+                    index: torch.Tensor, eps: float, data_range, *, steps: int, restarts: int,
+                    attack_seed: int) -> gm.Brew:
+    """The published brew (as published) for each target a, on the poisons ``index[a]``, with the
+    random stream ``attack_seed + a``; as a gm.Brew, each trial's score its restart loss."""
     import published_matching as pm
 
-    start, cpu = time.perf_counter(), time.process_time()
-    x, y, xt, yt, data_range, eps, victim, surrogate, targets, adversarial, record = wide_setup(
-        surrogate_seed=surrogate_seed, target_seed=target_seed, victim_seeds=victim_seeds,
-        hidden=hidden, train=train, members=1, eps_gray=eps_gray, budget=budget,
-        targets_n=targets_n, steps=steps, restarts=restarts)
-    t0 = time.perf_counter()
-    index = torch.stack([gm.choose_poisons(y, c, budget, attack_seed + a)
-                         for a, c in enumerate(adversarial)])
     deltas, scores = [], []
     for a, (t, c) in enumerate(zip(targets, adversarial, strict=True)):
         d, s = pm.brew(victim.logits, surrogate, xt[t], c, x[index[a]], y[index[a]], eps,
@@ -937,6 +927,27 @@ def published_brew_task(*, surrogate_seed: int, target_seed: int, attack_seed: i
     b = gm.Brew(poison_index=index, delta=torch.stack(deltas), matching_loss=scores.min(-1).values,
                 targets=torch.tensor(targets), adversarial=torch.tensor(adversarial),
                 restart_losses=scores)
+    return b
+
+
+def published_brew_task(*, surrogate_seed: int, target_seed: int, attack_seed: int,
+                        victim_seeds: list[int], hidden: int = WIDE_HIDDEN,
+                        train: mlp_victim.TrainConfig = WIDE_TRAIN,
+                        eps_gray: float = CONTROL_EPS_GRAY, budget: int = CONTROL_BUDGET,
+                        targets_n: int = CONTROL_TARGETS, steps: int = CONTROL_STEPS,
+                        restarts: int = WIDE_RESTARTS) -> dict:
+    """The published brew (benchmarks/published_matching.py, as published) against wide_scratch's
+    victims, one target at a time, beside a random control of its size; per-pair outcomes."""
+    start, cpu = time.perf_counter(), time.process_time()
+    x, y, xt, yt, data_range, eps, victim, surrogate, targets, adversarial, record = wide_setup(
+        surrogate_seed=surrogate_seed, target_seed=target_seed, victim_seeds=victim_seeds,
+        hidden=hidden, train=train, members=1, eps_gray=eps_gray, budget=budget,
+        targets_n=targets_n, steps=steps, restarts=restarts)
+    t0 = time.perf_counter()
+    index = torch.stack([gm.choose_poisons(y, c, budget, attack_seed + a)
+                         for a, c in enumerate(adversarial)])
+    b = published_brews(victim, surrogate, x, y, xt, targets, adversarial, index, eps,
+                        data_range, steps=steps, restarts=restarts, attack_seed=attack_seed)
     record["attack_seconds"] = time.perf_counter() - t0
     record["published"] = {"paugment": True, "shift": PUBLISHED_SHIFT, "fliplr": True,
                            "project_start": False, "select": "last_step"}
@@ -959,8 +970,6 @@ def published_transfer_task(*, surrogate_seed: int, extractor_seed: int, target_
                             restarts: int = WIDE_RESTARTS) -> dict:
     """The published brew against the control's MLP head retrained on frozen features, beside a
     random control of its size; per-pair outcomes (target-major)."""
-    import published_matching as pm
-
     start, cpu = time.perf_counter(), time.process_time()
     x_all, y_all, xt, yt, data_range = data.digits_split()
     pretrain, (x, y) = split_for_transfer(x_all, y_all)
@@ -973,17 +982,8 @@ def published_transfer_task(*, surrogate_seed: int, extractor_seed: int, target_
     index = torch.stack([gm.choose_poisons(y, c, budget, attack_seed + a)
                          for a, c in enumerate(adversarial)])
     t0 = time.perf_counter()
-    deltas, scores = [], []
-    for a, (t, c) in enumerate(zip(targets, adversarial, strict=True)):
-        d, s = pm.brew(victim.logits, surrogate, xt[t], c, x[index[a]], y[index[a]], eps,
-                       data_range, steps=steps, restarts=restarts, paugment=True,
-                       shift=PUBLISHED_SHIFT, seed=attack_seed + a)
-        deltas.append(d)
-        scores.append(s)
-    scores = torch.stack(scores)
-    b = gm.Brew(poison_index=index, delta=torch.stack(deltas), matching_loss=scores.min(-1).values,
-                targets=torch.tensor(targets), adversarial=torch.tensor(adversarial),
-                restart_losses=scores)
+    b = published_brews(victim, surrogate, x, y, xt, targets, adversarial, index, eps,
+                        data_range, steps=steps, restarts=restarts, attack_seed=attack_seed)
     record: dict = {"family": "MLP", "setting": "transfer", "eps_gray": eps_gray,
                     "budget": budget, "steps": steps, "restarts": restarts, "targets": targets,
                     "adversarial": adversarial, "victim_seeds": list(victim_seeds),
