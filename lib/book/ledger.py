@@ -20,7 +20,10 @@ What the paper's number is (``paper_stat``)
     precision of a run the authors made in single precision needs a tolerance that also covers the
     difference of precision (the chapter states it): the last digit of a single-precision printout
     alone tests the rebuild's arithmetic, not the paper's number, so such a rebuild is compared at
-    the resolution at which the paper shows the value. Where the chapter has derived no such
+    the resolution at which the paper shows the value (a pixel of its figure, or the bracket of
+    the printouts that enclose it: such a tolerance covers the difference of precision only by
+    being coarse, no bound on the drift between the two precisions being derived). Where the
+    chapter has derived no such
     tolerance before measuring, the rebuild is recorded as an illustration
     (``in_hypotheses=False``): at the precision the printout resolves, it is not the paper's run.
     A rebuild is exact only while it is shown to be the authors' run: where another value of the
