@@ -140,6 +140,13 @@ def _oracle_subsets(result, values, k, stat, max_subsets=ledger.MAX_SUBSETS,
     return enumerated and np.allclose(np.sort(samples), brute, rtol=1e-12, atol=0)
 
 
+def _oracle_plot_reading(result, low, high, blind):
+    """The pair as given (as numbers), its middle, and the flag."""
+    low, high = float(low), float(high)
+    return (isinstance(result, tuple) and [float(x) for x in result] == [low, high]
+            and result.value == (low + high) / 2 and result.blind is bool(blind))
+
+
 def _oracle_band_miss(result, n):
     """The share a further uniform run falls outside the interpolated band, in exact fractions:
     the band's ends sit at (1 + h)/(n + 1) from either side, h = (n - 1)(1 - LEVEL)/2."""
@@ -208,6 +215,10 @@ def cases() -> list[Case]:
              oracle=_oracle_recorded),
         Case("book.ledger.band_miss_share", ledger.band_miss_share, [P("n", 19, "int")],
              oracle=_oracle_band_miss),
+        Case("book.ledger.PlotReading", ledger.PlotReading,
+             [P("low", 2_800.0, "float"), P("high", 2_900.0, "float"),
+              P("blind", False, "bool", True)],
+             oracle=_oracle_plot_reading),
         Case("book.ledger.tally", ledger.tally,
              [P("entries", list(next(iter(committed.values())).values()), "object")],
              oracle=_oracle_tally),

@@ -988,8 +988,9 @@ class PlotReading(tuple):
     blind: bool
 
     def __new__(cls, low: float, high: float, *, blind: bool) -> PlotReading:
-        # the numbers as given (an int stays an int, so a row's text prints it as before)
-        if _real(low, "low") > _real(high, "high"):
+        # an int stays an int (so a row's text prints it as before), anything else a float
+        low, high = (_reading_end(low, "low"), _reading_end(high, "high"))
+        if low > high:
             raise ValueError(f"a reading needs low <= high, got {low!r} > {high!r}")
         reading = super().__new__(cls, (low, high))
         reading.blind = _flag(blind, "blind")
@@ -1006,6 +1007,12 @@ class PlotReading(tuple):
 
     def __reduce__(self):
         return (_plot_reading, (self[0], self[1], self.blind))
+
+
+def _reading_end(value, name: str) -> float | int:
+    """One end of a reading: checked as a real number; an int stays an int, the rest a float."""
+    number = _real(value, name)
+    return int(value) if isinstance(value, (int, np.integer)) else number
 
 
 def _plot_reading(low: float, high: float, blind: bool) -> PlotReading:
