@@ -1036,7 +1036,9 @@ def _with_reading(reading, fields: dict) -> None:
                          "(its middle, or the pair for an interval)")
     if reading.blind or _not_blind(fields):
         return
-    mark = f"the reading {reading[0]:,g}–{reading[1]:,g} was {reading.made()}"
+    ends = (f"{reading[0]:,g}" if reading[0] == reading[1]
+            else f"{reading[0]:,g}–{reading[1]:,g}")
+    mark = f"the reading {ends} was {reading.made()}"
     fields["note"] = f"{fields['note']}; {mark}" if fields["note"] else mark
 
 
