@@ -154,6 +154,23 @@ def _oracle_band_miss(result, n):
     return math.isclose(result, float(2 * (1 + h) / (int(n) + 1)), rel_tol=1e-12)
 
 
+@_in_temp
+def _read_entry() -> dict:
+    """An entry under two readings: 22 seeds evenly spaced from 11 to 18 (band 11.35..17.65)
+    against a paper's 17.5 (the row's reading) and 17.8 (the other)."""
+    ledger.start("fuzz-chapter")
+    ledger.record("read", paper=PAPER, item="Figure 2", paper_value=17.5,
+                  ours=np.linspace(11, 18, 22).tolist(), section="s", paper_stat="single",
+                  note="the paper leaves it open; " + ledger.READING_DECIDES,
+                  readings=[{"reading": "17.8", "paper_value": 17.8}])
+    return ledger.recorded("read")[0]
+
+
+def _oracle_reading_statuses(result, entry):
+    """Each reading's status by its own band: 17.5 inside 11.35..17.65, 17.8 outside."""
+    return result == [("the row's reading", "reproduced"), ("17.8", "not reproduced")]
+
+
 def _sample_run() -> dict:
     _record("row", PAPER, "Table 1, row 2, clean", 0.2, [0.1, 0.2, 0.3], "sec-x")
     return _in_temp(ledger.collect)()
@@ -219,6 +236,8 @@ def cases() -> list[Case]:
              [P("low", 2_800.0, "float"), P("high", 2_900.0, "float"),
               P("blind", False, "bool", True)],
              oracle=_oracle_plot_reading),
+        Case("book.ledger.reading_statuses", ledger.reading_statuses,
+             [P("entry", _read_entry(), "object")], oracle=_oracle_reading_statuses),
         Case("book.ledger.tally", ledger.tally,
              [P("entries", list(next(iter(committed.values())).values()), "object")],
              oracle=_oracle_tally),

@@ -971,17 +971,49 @@ def test_grid_only_on_a_band_and_only_as_a_flag(chapter, extra):
                       **arguments)
 
 
-def test_a_status_that_rests_on_a_reading_is_named_beside_the_counts(chapter):
+def test_a_status_that_the_readings_split_is_named_beside_the_counts(chapter):
+    """A2: the page names an entry when its readings' statuses (computed from the stored
+    readings) differ, with each reading's status; an illustration (the same under every
+    reading) and readings that agree are never named, whatever the note says."""
     ledger.record("bound", paper=PAPER, item="§6, the loss: 'L ≲ 1e-5'", paper_value=(None, 1e-5),
                   paper_stat="interval", ours=[2e-5] * 20, section="s",
-                  note="read here as at most 1e-5; " + ledger.READING_DECIDES)
+                  note="read here as at most 1e-5; " + ledger.READING_DECIDES,
+                  readings=[{"reading": "below 1e-4", "paper_value": (None, 1e-4)}])
+    ledger.record("outside", paper=PAPER, item="Figure 1: a threshold", paper_value=17.5,
+                  paper_stat="single", ours=EVEN_11_18, section="s", in_hypotheses=False,
+                  note=READ, readings=[{"reading": "30", "paper_value": 30.0}])
+    ledger.record("agree", paper=PAPER, item="Figure 2: a threshold", paper_value=17.5,
+                  paper_stat="single", ours=EVEN_11_18, section="s", note=READ,
+                  readings=[{"reading": "12", "paper_value": 12.0}])
     ledger.record("plain", paper=PAPER, item="Table 1: a value", paper_value=1.0,
                   paper_stat="exact", ours=1.0, tol=0.1, section="s")
-    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
-    assert "1 status rests on our reading of the paper's words" in page
-    assert "`, §6, the loss (not reproduced)" in page and "Table 1 (" not in page
-    plain = {k: v for k, v in _entries(chapter).items() if k == "plain"}
-    assert "our reading of the paper's words" not in ledger.page_markdown({"ch": plain})
+    entries = _entries(chapter)
+    assert entries["bound"]["status"] == "inconclusive"
+    page = ledger.page_markdown({"some-chapter": entries})
+    assert "1 status is inconclusive only because the readings" in page
+    assert ("`, §6, the loss (not reproduced under the row's reading, reproduced under below "
+            "1e-4)") in page
+    assert "Figure 1 (" not in page and "Figure 2 (" not in page and "Table 1 (" not in page
+    rest = {k: v for k, v in entries.items() if k != "bound"}
+    assert "inconclusive only because" not in ledger.page_markdown({"ch": rest})
+
+
+def test_a_note_that_says_the_reading_decides_needs_the_other_readings(chapter):
+    """A1: READING_DECIDES and readings= come together: record refuses the mark without
+    readings (and readings without the mark), and rule_problems refuses a stored entry so."""
+    with pytest.raises(ValueError, match="readings"):
+        ledger.record("bound", paper=PAPER, item="§6: 'L ≲ 1e-5'", paper_value=(None, 1e-5),
+                      paper_stat="interval", ours=[2e-5] * 20, section="s",
+                      note="read here as at most 1e-5; " + ledger.READING_DECIDES)
+    ledger.record("bound", paper=PAPER, item="§6: 'L ≲ 1e-5'", paper_value=(None, 1e-5),
+                  paper_stat="interval", ours=[2e-5] * 20, section="s",
+                  note="read here as at most 1e-5; " + ledger.READING_DECIDES,
+                  readings=[{"reading": "below 1e-4", "paper_value": (None, 1e-4)}])
+    stored = _entries(chapter)["bound"]
+    assert ledger.rule_problems({"c": {"bound": stored}}) == []
+    unread = {k: v for k, v in stored.items() if k != "readings"}
+    with pytest.raises(ValueError, match="READING_DECIDES"):
+        ledger.rule_problems({"c": {"bound": unread}})
 
 
 @pytest.mark.parametrize("n", [ledger.MIN_RUNS, 30, 63])

@@ -115,7 +115,11 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
     that the paper leaves open ("near perfect" read as a tail error below 0.01 or below 0.02),
     :func:`record` takes the same comparison under each other reading (``readings``) and the
     entry's status is the status all readings share when they agree, and **inconclusive** when
-    they disagree: one reading alone earns no verdict the other would deny.
+    they disagree: one reading alone earns no verdict the other would deny. The mark and the
+    readings come together: a note that says :data:`READING_DECIDES` without ``readings`` is
+    refused by :func:`record` and by :func:`rule_problems` (ValueError), and the page names an
+    entry as split by its readings only when their statuses, computed from the stored readings,
+    differ (:func:`reading_statuses`; an illustration is one under every reading).
 11. Not blind: where the reading of the authors' plot, the bracket or the tolerance that decides
     a comparison was fixed after our runs were seen (the entry's item, setting or note says
     :data:`SEEN_MARK`), an agreement that rules 2, 3, 4 or 6 would call reproduced is only
@@ -870,6 +874,11 @@ def record(
               "grid": grid}
     if plot_reading is not None:
         _with_reading(plot_reading, fields)
+    if readings is None and READING_DECIDES in (fields["note"] or ""):
+        raise ValueError(
+            "a note that says ledger.READING_DECIDES needs the other reading(s) as readings=, so "
+            "that the status is computed under each (rule 10)"
+        )
     entry = _entry(**fields)
     if readings is not None:
         entry["readings"] = _other_readings(readings, fields, entry)
@@ -1027,7 +1036,7 @@ def _with_reading(reading, fields: dict) -> None:
     value = fields["paper_value"]
     if fields["paper_stat"] == "interval":
         same = isinstance(value, (tuple, list)) and len(value) == 2 and all(
-            isinstance(v, (int, float)) and float(v) == r for v, r in zip(value, reading))
+            isinstance(v, (int, float)) and float(v) == r for v, r in zip(value, reading, strict=True))
     else:
         same = isinstance(value, (int, float, np.floating, np.integer)) and float(
             value) == reading.value
@@ -1247,6 +1256,15 @@ def rule_problems(ledger: dict) -> list[str]:
     as :func:`record` does). One line per problem, naming the chapter and the entry.
     """
     _check_entries(ledger, "ledger")
+    unread = [f"{chapter}: {key!r}" for chapter, entries in sorted(ledger.items())
+              for key, entry in sorted(entries.items())
+              if entry["kind"] == "paper" and "readings" not in entry
+              and READING_DECIDES in (entry["note"] or "")]
+    if unread:
+        raise ValueError(
+            f"entries whose note says READING_DECIDES carry no other reading (rule 10 computes "
+            f"the status under each): {', '.join(unread)}"
+        )
     problems = []
     for chapter, entries in sorted(ledger.items()):
         for key, entry in sorted(entries.items()):
@@ -1730,13 +1748,18 @@ def rule_markdown() -> str:
         "Where the comparison rests on a reading of the paper's words that the paper does not fix "
         "(\"near perfect\" read as an error below 0.01 or below 0.02), the row is computed under "
         "each reading, and its status is the one they share when they agree and **inconclusive** "
-        "when they disagree.",
+        "when they disagree. The statuses of the readings are computed and compared; an "
+        "illustration is one under every reading.",
         "",
         "A theorem's prediction that our own computation tests is not a paper's number, nor is "
         "its prediction for a setting of our choosing (a teacher of ours): such "
         "**checks** are listed in their own tables, with the tolerance and how our value "
         "approaches the prediction, as **holds** (within the tolerance), **fails**, or "
         "**illustration** (outside the statement's hypotheses), and they are not counted above. "
+        "A check's tolerance is the chapter's choice, with its reason beside it; unlike the "
+        "paper's rows, a check records nothing on whether its tolerance was fixed before our "
+        "value was seen, so **holds** says only that our value lies within that tolerance, and "
+        "carries no guarantee that the tolerance was fixed blind. "
         "A chapter also checks, by the same rule, some predictions that are not statements of "
         "the papers: those of our own derivations from a paper's lemmas, and those of numerical "
         "analysis (Euler's method is first order). They are counted and listed apart from the "
@@ -1952,20 +1975,40 @@ def _numbers_paragraph(rows: Sequence[tuple[str, dict]]) -> str:
             + _numbers_named([number for number, _ in split]) + ".")
 
 
+def reading_statuses(entry: dict) -> list[tuple[str, str]]:
+    """``(reading, status)`` for each reading of a paper entry (rule 10): the row's own reading
+    first (named "the row's reading"), then each of ``readings``, each status computed by rules 1
+    to 9 and 11 from the stored comparison of that reading (the entry's status is their common
+    one, or inconclusive); ``[]`` for an entry without other readings. ``entry``: a stored entry
+    (:func:`recorded`, :func:`load`); anything else raises a ValueError."""
+    _check_entry(entry, "entry")
+    if entry["kind"] != "paper":
+        raise ValueError("entry must be a paper number's entry (ledger.record), not a check")
+    if not entry.get("readings"):
+        return []
+    first = {k: v for k, v in entry.items() if k != "readings"}
+    return [("the row's reading", _one_status(first))] + [
+        (r["reading"], _one_status(_as_entry(entry, r))) for r in entry["readings"]]
+
+
 def _reading_sentence(entries: Sequence[dict]) -> str:
-    """The comparisons among ``entries`` whose status rests on a reading of the paper's words
-    (their note contains :data:`READING_DECIDES`), named with their status; "" when there are
-    none."""
-    read = [e for e in entries if READING_DECIDES in (e.get("note") or "")]
-    if not read:
+    """The comparisons among ``entries`` whose readings of the paper's words (rule 10) give
+    different statuses, each named with the status of every reading, computed from the entry's
+    stored readings (an illustration is one under every reading, so it is never named); "" when
+    there are none."""
+    split = [(e, reading_statuses(e)) for e in entries]
+    split = [(e, r) for e, r in split if len({status for _, status in r}) > 1]
+    if not split:
         return ""
-    named = "; ".join(f"{{cite:t}}`{e['paper']}`, {e['item'].split(':')[0]} ({e['status']})"
-                      for e in read)
-    verb = "rests" if len(read) == 1 else "rest"
-    count = f"{len(read)} status" + ("" if len(read) == 1 else "es")
-    return (f"Of these counts, {count} {verb} on our reading of the "
-            "paper's words as well as on the numbers, and another reading could give another "
-            f"status (the row states the readings): {named}.")
+    named = "; ".join(
+        f"{{cite:t}}`{e['paper']}`, {e['item'].split(':')[0]} ("
+        + ", ".join(f"{status} under {reading}" for reading, status in r) + ")"
+        for e, r in split)
+    count = f"{len(split)} status" + ("" if len(split) == 1 else "es")
+    verb = "is" if len(split) == 1 else "are"
+    return (f"Of these counts, {count} {verb} inconclusive only because the readings of the "
+            "paper's words that the paper leaves open give different statuses (rule 10; the "
+            f"row states the readings): {named}.")
 
 
 def page_markdown(ledger: dict) -> str:
