@@ -991,8 +991,8 @@ def test_a_status_that_the_readings_split_is_named_beside_the_counts(chapter):
     assert entries["bound"]["status"] == "inconclusive"
     page = ledger.page_markdown({"some-chapter": entries})
     assert "1 status is inconclusive only because the readings" in page
-    assert ("`, §6, the loss (not reproduced under the row's reading, reproduced under below "
-            "1e-4)") in page
+    assert ("`, §6, the loss (not reproduced under the row's reading, reproduced under the "
+            "reading \"below 1e-4\")") in page
     assert "Figure 1 (" not in page and "Figure 2 (" not in page and "Table 1 (" not in page
     rest = {k: v for k, v in entries.items() if k != "bound"}
     assert "inconclusive only because" not in ledger.page_markdown({"ch": rest})

@@ -2002,12 +2002,13 @@ def _reading_sentence(entries: Sequence[dict]) -> str:
         return ""
     named = "; ".join(
         f"{{cite:t}}`{e['paper']}`, {e['item'].split(':')[0]} ("
-        + ", ".join(f"{status} under {reading}" for reading, status in r) + ")"
+        + ", ".join(f"{status} under " + (reading if i == 0 else f"the reading \"{reading}\"")
+                    for i, (reading, status) in enumerate(r)) + ")"
         for e, r in split)
     count = f"{len(split)} status" + ("" if len(split) == 1 else "es")
     verb = "is" if len(split) == 1 else "are"
     return (f"Of these counts, {count} {verb} inconclusive only because the readings of the "
-            "paper's words that the paper leaves open give different statuses (rule 10; the "
+            "paper's words that the paper leaves open give different statuses (the "
             f"row states the readings): {named}.")
 
 
