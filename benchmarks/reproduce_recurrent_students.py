@@ -40,7 +40,10 @@ control at a second target period (``LINEAR_PERIOD``); ``BOOK_WORKERS=2 python
 benchmarks/reproduce_recurrent_students.py --threshold-period OUT_DIR`` writes
 ``recurrent-students-threshold-period.json``, the GRU threshold test at that second period
 (``THRESHOLD_PERIOD``), 17 minutes of wall time on two cores for the committed file (the
-first test took 48 on a busier machine).
+first test took 48 on a busier machine); ``BOOK_WORKERS=2 python
+benchmarks/reproduce_recurrent_students.py --threshold-width OUT_DIR`` writes
+``recurrent-students-threshold-width.json``, the GRU threshold test at a second teacher width
+(``THRESHOLD_WIDTH``), 13 minutes of wall time on two shared cores for the committed file.
 
 Every run of one setting (ten seeds × all lengths) is one batch of GRUs
 (:mod:`lib.ssm.gru_students`): the runs read sequences of the longest length and each learns its
