@@ -4,6 +4,8 @@ tools/book_reads.py marks a build that read every page."""
 
 from __future__ import annotations
 
+import os
+import pickle
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -131,3 +133,38 @@ def test_the_mark_of_a_full_read_is_left_only_by_a_build_that_read_every_page(tm
     (src / "other.rst").write_text("Other\n=====\n\nsecond\n")
     _sphinx_build(src, out)
     assert not mark.exists()
+
+
+def test_a_page_is_read_again_when_a_committed_file_its_code_reads_changes(tmp_path):
+    """A two-page Sphinx project with committed results: the page whose source names
+    load_results("run") is read again after results/run.json changes, the other page is not."""
+    src, out = tmp_path / "src", tmp_path / "_build"
+    (src / "results").mkdir(parents=True)
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'tools')!r})\nextensions = ['book_reads']\n")
+    (src / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n   other\n")
+    (src / "other.rst").write_text('Other\n=====\n\n``x = load_results("run")``\n')
+    data = src / "results" / "run.json"
+    data.write_text("{}\n")
+    _sphinx_build(src, out)
+    os.utime(data, (data.stat().st_atime + 10, data.stat().st_mtime + 10))
+    from sphinx.application import Sphinx
+
+    app = Sphinx(str(src), str(src), str(out / "html"), str(out / "doctrees"), "html",
+                 status=None, warning=None, freshenv=False)
+    read = []
+    app.connect("env-before-read-docs", lambda _app, _env, names: read.extend(names))
+    app.build()
+    assert read == ["other"]
+    env = pickle.loads((out / "doctrees" / "environment.pickle").read_bytes())
+    assert str(data) in {str(p) for p in env.dependencies["other"]}
+
+
+def test_the_files_a_page_reads_are_found_in_its_source(tmp_path):
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "b.json").write_text("{}")
+    found = book_reads.results_read('r = load_results("a")\nledger.load()\n', tmp_path)
+    assert found == [tmp_path / "a.json", tmp_path / "ledger.json"]
+    assert book_reads.results_read("for p in RESULTS_DIR.glob('*.json'):", tmp_path) == [
+        tmp_path / "a.json", tmp_path / "b.json"]
+    assert book_reads.results_read("no code here", tmp_path) == []
