@@ -938,6 +938,11 @@ def test_the_rule_text_states_the_floor_and_the_precision_of_a_rebuild():
     assert "2/(*n* + 1)" in text
     assert "difference of precision" in text and "single-precision printout" in text
     assert "share equal to it" in text
+    # a rebuilt row without a tolerance of precision is an illustration both ways: the page says
+    # why a miss is not called "not reproduced", as an agreement is not called "reproduced"
+    assert "however close or far the numbers" in text
+    flat = " ".join(text.split())
+    assert "neither an agreement nor a miss can be put down to the rebuild" in flat
 
 
 def test_a_statistic_on_a_grid_is_banded_by_values_a_run_can_give(chapter):

@@ -26,6 +26,8 @@ What the paper's number is (``paper_stat``)
     chapter has derived no such
     tolerance before measuring, the rebuild is recorded as an illustration
     (``in_hypotheses=False``): at the precision the printout resolves, it is not the paper's run.
+    This holds for a miss as for an agreement: with no bound on the drift between the precisions,
+    neither can be put down to the rebuild rather than to the difference of precision.
     A rebuild is exact only while it is shown to be the authors' run: where another value of the
     same rebuild (the same seed and arm) lies farther from theirs than that resolution, for a
     cause the chapter has not found, record its values as ``"single"`` (one run of ours against
@@ -1036,7 +1038,8 @@ def _with_reading(reading, fields: dict) -> None:
     value = fields["paper_value"]
     if fields["paper_stat"] == "interval":
         same = isinstance(value, (tuple, list)) and len(value) == 2 and all(
-            isinstance(v, (int, float)) and float(v) == r for v, r in zip(value, reading, strict=True))
+            isinstance(v, (int, float)) and float(v) == r
+            for v, r in zip(value, reading, strict=True))
     else:
         same = isinstance(value, (int, float, np.floating, np.integer)) and float(
             value) == reading.value
@@ -1623,10 +1626,17 @@ def rule_markdown() -> str:
         "two printouts is derived, so an agreement within a bracket says that the rebuild lands "
         "in the bracket, no more. "
         "Where no tolerance for the difference of precision was fixed before our runs were "
-        "seen, the row is an illustration, however close the numbers: the final effective ranks "
-        "of the rebuilt seeds of {doc}`dynamical-characterization` and of {doc}`greedy-learning` "
-        "(the pixel in their notes was chosen after the runs were seen, and is not the verdict's "
-        "tolerance). Where a reading of the authors' plot, or a bracket or tolerance, that "
+        "seen, the row is an illustration, however close or far the numbers: the final effective "
+        "ranks of the rebuilt seeds of {doc}`dynamical-characterization` and of "
+        "{doc}`greedy-learning` (the pixel in their notes was chosen after the runs were seen, "
+        "and is not the verdict's tolerance). Such a row is not called \"not reproduced\" when "
+        "it misses, for the reason it is not called \"reproduced\" when it agrees: with no "
+        "bound on how "
+        "far a double-precision rebuild may drift from a single-precision run, neither an "
+        "agreement nor a miss can be put down to the rebuild rather than to the difference of "
+        "precision. {ref}`The introduction <intro>` counts apart the rebuilt values that lie "
+        "more than a pixel from the authors'. Where a reading of the authors' plot, or a "
+        "bracket or tolerance, that "
         "decides a row was fixed after our runs were seen, however plain the reading (the "
         "iteration at which a curve passes a level), the row says \"" + SEEN_MARK + "\", and "
         "an agreement is at most weak evidence (below), never reproduced: a reading made with "
