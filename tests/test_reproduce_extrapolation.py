@@ -28,7 +28,9 @@ def test_sizes_task_writes_its_declared_paths_and_the_sweeps_values(tiny):
                                     horizon=tiny["horizon"], time=tiny["time"], full_output=True)
     for name in ("errors", "losses", "max_abs_atom"):
         got = [out[("sizes", "6", name, k, 1)] for k in range(len(tiny["ks"]))]
-        np.testing.assert_allclose(got, direct[name][:, 0], rtol=0, atol=0)
+        # the same computation by two calls; a tolerance all the same, for a platform whose ODE
+        # solver rounds a separate call differently (far below any difference the text reads)
+        np.testing.assert_allclose(got, direct[name][:, 0], rtol=1e-12, atol=1e-15)
     # the student's size reaches the sweep: another d gives other errors
     other = rx.sizes(seed=1, d=8)
     assert out[("sizes", "6", "errors", 0, 1)] != other[("sizes", "8", "errors", 0, 1)]
