@@ -252,13 +252,17 @@ def cases() -> list[Case]:
         Case("book.ledger.start", _in_temp(ledger.start), [P("chapter", "fuzz-chapter", "text")]),
         Case("book.ledger.collect", _in_temp(ledger.collect), [P("directory", str(_DIR), "text")]),
         Case("book.ledger.compare", ledger.compare,
-             [P("fresh", run, "object"), P("committed", committed, "object")]),
+             [P("fresh", run, "object"), P("committed", committed, "object"),
+              P("same_machine", True, "bool", True)]),
         Case("book.ledger.page_markdown", ledger.page_markdown, [P("ledger", committed, "object")]),
         Case("book.ledger.load", ledger.load, [P("path", str(_SAVED), "text")]),
+        Case("book.ledger.written_here", ledger.written_here, [P("path", str(_SAVED), "text")]),
         Case("book.ledger.save", ledger.save,
              [P("chapters", run, "object"), P("path", str(_SAVED), "text")]),
         # malformed files: the error names the file (added by the bad-input fuzz)
         Case("book.ledger.load (malformed files)", ledger.load, [P("path", str(_SAVED), "file")]),
+        Case("book.ledger.written_here (malformed files)", ledger.written_here,
+             [P("path", str(_SAVED), "file")]),
         Case("book.ledger.collect (malformed files)", _in_temp(ledger.collect),
              [P("directory", str(_DIR), "folder")]),
     ]

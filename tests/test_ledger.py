@@ -590,12 +590,21 @@ def _tool():
     return module
 
 
+def _this_machine() -> dict:
+    """The machine record that :func:`ledger.save` writes, for this machine."""
+    from lib.book.results import environment
+
+    return {key: environment().get(key) for key in ledger.SAME_MACHINE}
+
+
 def test_the_command_line_check_fails_on_a_moved_number_or_a_status_not_earned(
         chapter, tmp_path_factory, capsys):
-    """tools/ledger.py check against a committed file whose number differs: exit status 1."""
+    """tools/ledger.py check against a committed file, written on this machine, whose number
+    differs: exit status 1."""
     _run(chapter, TWENTY_AROUND_02)
     committed = tmp_path_factory.mktemp("committed") / "ledger.json"
     data = {c: d["entries"] for c, d in ledger.collect(chapter).items()}
+    data[ledger.MACHINE_KEY] = _this_machine()
     good = json.dumps(data)
     data["some-chapter"]["table-row"]["ours"]["mean"] *= 1.01
     committed.write_text(json.dumps(data))
@@ -613,13 +622,60 @@ def test_the_command_line_check_fails_on_a_moved_number_or_a_status_not_earned(
     assert tool.main(["check", "--committed", str(committed)]) == 0
 
 
+def test_another_machine_fails_statuses_entries_and_words_but_not_moved_numbers(
+        chapter, tmp_path_factory, capsys):
+    """A committed ledger written on another machine (another CPU): a number moved beyond the
+    same machine's tolerance is listed and passes, a number inside the words too; a changed
+    status, a changed word or a missing entry still fails. The same file marked as written here
+    fails on the moved number."""
+    _run(chapter, TWENTY_AROUND_02)
+    committed = tmp_path_factory.mktemp("committed") / "ledger.json"
+    data = {c: d["entries"] for c, d in ledger.collect(chapter).items()}
+    good = json.dumps(data)
+    row = data["some-chapter"]["table-row"]
+    row["ours"]["mean"] *= 1.01
+    data[ledger.MACHINE_KEY] = {**_this_machine(), "cpu": "another CPU"}
+    committed.write_text(json.dumps(data))
+    assert not ledger.written_here(committed)
+    tool = _tool()
+    assert tool.main(["check", "--committed", str(committed)]) == 0
+    out = capsys.readouterr().out
+    assert "written on another machine; 1 number(s) moved" in out
+    assert "ours.mean moved" in out
+    data[ledger.MACHINE_KEY] = _this_machine()
+    committed.write_text(json.dumps(data))
+    assert ledger.written_here(committed)
+    assert tool.main(["check", "--committed", str(committed)]) == 1
+    fresh = ledger.collect(chapter)
+    for change, fails in (("status", True), ("word", True), ("number in the words", False),
+                          ("entry", True)):
+        other = json.loads(good)
+        entry = other["some-chapter"]["table-row"]
+        if change == "status":
+            entry["status"] = "differs"
+        elif change == "word":
+            entry["item"] = entry["item"] + " (other words)"
+        elif change == "number in the words":
+            entry["item"] = entry["item"] + " 0.117"
+            fresh_entry = fresh["some-chapter"]["entries"]["table-row"]
+            fresh_entry["item"] = fresh_entry["item"] + " 0.118"
+        else:
+            del other["some-chapter"]["table-row"]
+        problems = ledger.compare(fresh, other, same_machine=False)
+        assert bool(problems) == fails, (change, problems)
+        if change == "number in the words":
+            assert ledger.compare(fresh, other), "the same machine compares the words' numbers"
+            fresh_entry["item"] = fresh_entry["item"][:-len(" 0.118")]
+
+
 def test_the_command_line_check_names_the_chapters_it_did_not_compare(
         chapter, tmp_path_factory, capsys):
     """A chapter run at another scale is compared with nothing: the check says so rather than
     counting its entries among those that agree."""
     _run(chapter, TWENTY_AROUND_02)
     committed = tmp_path_factory.mktemp("committed") / "ledger.json"
-    committed.write_text(json.dumps({c: d["entries"] for c, d in ledger.collect(chapter).items()}))
+    entries = {c: d["entries"] for c, d in ledger.collect(chapter).items()}
+    committed.write_text(json.dumps({**entries, ledger.MACHINE_KEY: _this_machine()}))
     tool = _tool()
     assert tool.main(["check", "--committed", str(committed)]) == 0
     assert "1 entries of 1 chapters agree" in capsys.readouterr().out
