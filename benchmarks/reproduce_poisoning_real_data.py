@@ -1616,6 +1616,7 @@ def s4d_fit_task(*, seeds: list[int]) -> dict:
 def control_tasks() -> list:
     """One task per setting, each with its own seeds (the same for every setting: the settings
     differ only in the victim)."""
+    from diagnose_matching import diagnose_task
     from tasks import Task
 
     costs = {"MLP transfer": 120.0, "MLP scratch": 400.0, "S4D transfer": 300.0,
@@ -1700,6 +1701,13 @@ def control_tasks() -> list:
              {"family": JOINT_LONG[0], "surrogate_seed": SURROGATE_SEED, "pair_seed": JOINT_SEED,
               "attack_seed": ATTACK_SEED, "victim_seeds": JOINT_SEEDS, "epochs": JOINT_LONG[1]},
              1800.0, (("joint", f"{JOINT_LONG[0]}, {JOINT_LONG[1]} epochs"),))
+    ] + [
+        # why gradient matching does not poison the retrained head (benchmarks/diagnose_matching)
+        Task(f"diagnose MLP transfer {CONTROL_EPS_GRAY:g} gray", diagnose_task,
+             {"surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": ORACLE_SEEDS, "eps_gray": CONTROL_EPS_GRAY},
+             420.0, (("diagnose", f"MLP transfer {CONTROL_EPS_GRAY:g} gray"),)),
     ]
 
 
