@@ -1162,6 +1162,42 @@ def test_readings_other_statuses(chapter):
                 readings=[{"reading": "0.4", "paper_value": 0.4}]) == "inconclusive"
 
 
+SEEN = "both readings were fixed " + ledger.SEEN_MARK + ", and " + ledger.READING_DECIDES
+
+
+def test_readings_fixed_after_our_runs_were_seen_soften_no_miss(chapter):
+    """Rule 11's counterpart: the readings 17.5 (in 11.35..17.65, weak evidence by rule 11) and
+    17.8 (outside) of a row that says SEEN_MARK give not reproduced, differs with a reason, in
+    either order; the same readings fixed blind stay inconclusive (rule 10). The worked case of
+    the module docstring: "at most 10⁻⁵" against 20 runs from 1.5e-5 to 3.1e-5, also read as
+    "below 10⁻⁴", both fixed after our runs were seen: not reproduced. Readings that split
+    without a miss (weak evidence and inconclusive) stay inconclusive."""
+    assert _rec("seen", 17.5, EVEN_11_18, "single", note=SEEN,
+                readings=[{"reading": "17.8", "paper_value": 17.8}]) == "not reproduced"
+    assert _rec("seen-why", 17.8, EVEN_11_18, "single", note=SEEN, reason="r", explain="s",
+                readings=[{"reading": "17.5", "paper_value": 17.5}]) == "differs"
+    assert _rec("blind", 17.5, EVEN_11_18, "single", note=READ,
+                readings=[{"reading": "17.8", "paper_value": 17.8}]) == "inconclusive"
+    assert _rec("loss", (None, 1e-5), np.linspace(1.5e-5, 3.1e-5, 20), "interval", note=SEEN,
+                readings=[{"reading": "below 10⁻⁴", "paper_value": (None, 1e-4)}]) \
+        == "not reproduced"
+    assert _rec("no-miss", 0.30, 0.31, "single", tol=0.02, note=SEEN,
+                readings=[{"reading": "0.4", "paper_value": 0.4}]) == "inconclusive"
+    entries = _entries(chapter)
+    assert [s for _, s in ledger.reading_statuses(entries["seen"])] == [
+        "weak evidence", "not reproduced"]
+    assert ledger.rule_problems({"c": entries}) == []
+    # a stored status that a post-hoc reading softened is named, with the rule's reason
+    softened = dict(entries["loss"], status="inconclusive")
+    problems = ledger.rule_problems({"c": {"loss": softened}})
+    assert any("softens no miss" in p for p in problems)
+    assert any("the rule gives 'not reproduced'" in p for p in problems)
+    # the page names the row as a miss kept against its other reading, not as inconclusive
+    page = ledger.page_markdown({"some-chapter": {"loss": entries["loss"]}})
+    assert "1 status is a miss under one reading" in page
+    assert "inconclusive only because" not in page
+
+
 @pytest.mark.parametrize("readings, note", [
     ([{"reading": "x", "paper_value": 12.0}], "no phrase"),        # note lacks READING_DECIDES
     ([{"reading": "x", "paper_value": 12.0}], None),

@@ -117,21 +117,26 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
     that the paper leaves open ("near perfect" read as a tail error below 0.01 or below 0.02),
     :func:`record` takes the same comparison under each other reading (``readings``) and the
     entry's status is the status all readings share when they agree, and **inconclusive** when
-    they disagree: one reading alone earns no verdict the other would deny. The mark and the
+    they disagree (unless rule 11 keeps a miss): one reading alone earns no verdict the other
+    would deny. The mark and the
     readings come together: a note that says :data:`READING_DECIDES` without ``readings`` is
     refused by :func:`record` and by :func:`rule_problems` (ValueError), and the page names an
     entry as split by its readings only when their statuses, computed from the stored readings,
     differ (:func:`reading_statuses`; an illustration is one under every reading).
-11. Not blind: where the reading of the authors' plot, the bracket or the tolerance that decides
-    a comparison was fixed after our runs were seen (the entry's item, setting or note says
-    :data:`SEEN_MARK`), an agreement that rules 2, 3, 4 or 6 would call reproduced is only
-    **weak evidence**: a reading chosen with our runs in view could have been steered towards
-    them, whatever kind the paper's value is and however plain the reading. A miss stays a miss
-    (rule 9), and a blind reading keeps the status the numbers give. Whether a row carries the
-    mark is the chapter's statement, like ``in_hypotheses``; the rule and :func:`rule_problems`
-    act on it. A reading used by several rows (the rebuild of the authors' seed, the row asking
-    whether that run is typical of ours) is one :class:`PlotReading`, passed to each as
-    ``plot_reading``: the mark follows the reading into every row that compares it.
+11. Not blind: where the reading of the authors' plot, the bracket or the tolerance that decides a
+    comparison was fixed after our runs were seen (the entry's item, setting or note says
+    :data:`SEEN_MARK`), an agreement that rules 2, 3, 4 or 6 would call reproduced is only **weak
+    evidence**: a reading chosen with our runs in view could have been steered towards them,
+    whatever kind the paper's value is and however plain the reading. A miss stays a miss (rule 9),
+    and a blind reading keeps the status the numbers give. Nor can such a reading soften a miss:
+    where readings of a row that says :data:`SEEN_MARK` disagree (rule 10) and one of them misses,
+    the status is that miss, not inconclusive. A reading chosen with our runs in view is suspect
+    where it agrees, not where it misses, so the miss stands whether or not its own reading was
+    fixed blind; the mark is the row's and covers all its readings. Whether a row carries the mark
+    is the chapter's statement, like ``in_hypotheses``; the rule and :func:`rule_problems` act on
+    it. A reading used by several rows (the rebuild of the authors' seed, the row asking whether
+    that run is typical of ours) is one :class:`PlotReading`, passed to each as ``plot_reading``:
+    the mark follows the reading into every row that compares it.
 
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
@@ -177,7 +182,11 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
   :data:`SEEN_MARK` (rule 11); our 900 misses either way (not reproduced).
 * our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5 under one reading
   (reproduced) and 17.8 under another (not reproduced): inconclusive; under readings 17.5 and
-  12.0, both reproduced: reproduced.
+  12.0, both reproduced: reproduced. The same two readings 17.5 and 17.8 fixed after our runs
+  were seen (the row says :data:`SEEN_MARK`): not reproduced (rule 11), since the reading 17.5
+  (weak evidence by rule 11) cannot soften the miss of 17.8; with a ``reason``: differs. A
+  paper's "at most 10⁻⁵" against our runs from 1.5 × 10⁻⁵ to 3.1 × 10⁻⁵, read also as "below
+  10⁻⁴", both readings fixed after our runs were seen: not reproduced.
 
 Checks of a statement
 ---------------------
@@ -237,6 +246,8 @@ PAPERS = {
 #: The statuses of a paper's number, strongest first.
 STATUSES = ("reproduced", "weak evidence", "inconclusive", "illustration", "differs",
             "not reproduced")
+#: The statuses that are misses (rule 9).
+_MISSES = ("differs", "not reproduced")
 #: The statuses of a check of a statement.
 CHECK_STATUSES = ("holds", "fails", "illustration")
 #: What a paper's printed number is (module docstring).
@@ -508,12 +519,22 @@ def _ours_statistic(paper_stat: str, ours: dict) -> float:
 
 def _status(entry: dict) -> str:
     """The status of a paper number from its stored fields, by the rule of the module docstring:
-    with other readings (rule 10), their common status when all agree, else inconclusive."""
-    status = _one_status(entry)
-    for reading in entry.get("readings", ()):
-        if _one_status(_as_entry(entry, reading)) != status:
-            return "inconclusive"
-    return status
+    with other readings (rule 10), their common status when all agree, else inconclusive; but
+    where the row says :data:`SEEN_MARK`, a miss under one reading stands against the others
+    (rule 11)."""
+    statuses = _reading_statuses(entry)
+    if len(set(statuses)) == 1:
+        return statuses[0]
+    misses = [status for status in statuses if status in _MISSES]
+    if misses and _not_blind(entry):
+        return misses[0]  # rule 11: readings fixed after our runs were seen soften no miss
+    return "inconclusive"
+
+
+def _reading_statuses(entry: dict) -> list[str]:
+    """The status of the row's own reading, then of each of its other readings (rule 10)."""
+    return [_one_status(entry)] + [_one_status(_as_entry(entry, reading))
+                                   for reading in entry.get("readings", ())]
 
 
 def _as_entry(entry: dict, reading: dict) -> dict:
@@ -873,7 +894,8 @@ def record(
     0.01 or below 0.02), each a dict naming the ``reading`` (a line of text) and the fields it
     replaces among :data:`READING_FIELDS` (e.g. ``{"reading": "a cut of 0.02", "ours": ...}``);
     the status is then the common status of every reading when they all agree, and
-    ``"inconclusive"`` when they disagree (rule 10), and ``note`` must contain
+    ``"inconclusive"`` when they disagree (rule 10), unless the row says :data:`SEEN_MARK` and a
+    reading misses: then that miss (rule 11); and ``note`` must contain
     :data:`READING_DECIDES`; ``plot_reading``: the :class:`PlotReading` of the authors' plot
     that ``paper_value`` is (its middle, or the pair for an interval): a reading not fixed blind
     puts :data:`SEEN_MARK` in the note (rule 11), so every row that uses the reading carries it.
@@ -1332,6 +1354,14 @@ def rule_problems(ledger: dict) -> list[str]:
                     recomputed["readings"] = [_recomputed_band(r, problems, chapter, key)
                                               for r in entry["readings"]]
                 status = _status(recomputed)
+                if ("readings" in entry and entry["status"] not in _MISSES
+                        and _not_blind(entry)
+                        and any(s in _MISSES for s in _reading_statuses(recomputed))):
+                    problems.append(
+                        f"{chapter}: entry {key!r} is marked {entry['status']!r} but one of its "
+                        f"readings misses and its row says {SEEN_MARK!r}: a reading fixed after "
+                        "our runs were seen softens no miss (rule 11)"
+                    )
                 if entry["status"] == "reproduced" and _not_blind(entry):
                     problems.append(
                         f"{chapter}: entry {key!r} is marked 'reproduced' but its row says "
@@ -1800,8 +1830,13 @@ def rule_markdown() -> str:
         "Where the comparison rests on a reading of the paper's words that the paper does not fix "
         "(\"near perfect\" read as an error below 0.01 or below 0.02), the row is computed under "
         "each reading, and its status is the one they share when they agree and **inconclusive** "
-        "when they disagree. The statuses of the readings are computed and compared; an "
-        "illustration is one under every reading.",
+        "when they disagree, with one exception: where the row's readings were fixed after our "
+        "runs were seen (the row says \"" + SEEN_MARK + "\") and one of them misses, the status "
+        "is that miss. A reading chosen with our runs in view can earn no reproduction (above), "
+        "and it can soften no miss either; a miss stands whatever reading gives it, since such a "
+        "reading is suspect where it agrees with our runs, not where it misses them. The "
+        "statuses of the readings are computed and compared; an illustration is one under every "
+        "reading.",
         "",
         "A theorem's prediction that our own computation tests is not a paper's number, nor is "
         "its prediction for a setting of our choosing (a teacher of ours): such "
@@ -1932,9 +1967,6 @@ def _paper_number(chapter: str, entry: dict) -> tuple:
     return (chapter, entry["paper"], place, details, value)
 
 
-_MISSES = ("differs", "not reproduced")
-
-
 def _paper_numbers(rows: Sequence[tuple[str, dict]]) -> dict[tuple, list[dict]]:
     """The paper entries of ``rows`` (pairs of chapter and entry) grouped by :func:`_paper_number`:
     one list of entries (comparisons) per number of a paper, in the order of ``rows``."""
@@ -2031,7 +2063,8 @@ def reading_statuses(entry: dict) -> list[tuple[str, str]]:
     """``(reading, status)`` for each reading of a paper entry (rule 10): the row's own reading
     first (named "the row's reading"), then each of ``readings``, each status computed by rules 1
     to 9 and 11 from the stored comparison of that reading (the entry's status is their common
-    one, or inconclusive); ``[]`` for an entry without other readings. ``entry``: a stored entry
+    one, or inconclusive, or a reading's miss where the row says :data:`SEEN_MARK`: rule 11);
+    ``[]`` for an entry without other readings. ``entry``: a stored entry
     (:func:`recorded`, :func:`load`); anything else raises a ValueError."""
     _check_entry(entry, "entry")
     if entry["kind"] != "paper":
@@ -2050,18 +2083,29 @@ def _reading_sentence(entries: Sequence[dict]) -> str:
     there are none."""
     split = [(e, reading_statuses(e)) for e in entries]
     split = [(e, r) for e, r in split if len({status for _, status in r}) > 1]
-    if not split:
-        return ""
-    named = "; ".join(
-        f"{{cite:t}}`{e['paper']}`, {e['item'].split(':')[0]} ("
-        + ", ".join(f"{status} under " + (reading if i == 0 else f"the reading \"{reading}\"")
-                    for i, (reading, status) in enumerate(r)) + ")"
-        for e, r in split)
-    count = f"{len(split)} status" + ("" if len(split) == 1 else "es")
-    verb = "is" if len(split) == 1 else "are"
-    return (f"Of these counts, {count} {verb} inconclusive only because the readings of the "
+
+    def named(rows: list) -> str:
+        return "; ".join(
+            f"{{cite:t}}`{e['paper']}`, {e['item'].split(':')[0]} ("
+            + ", ".join(f"{status} under " + (reading if i == 0 else f"the reading \"{reading}\"")
+                        for i, (reading, status) in enumerate(r)) + ")"
+            for e, r in rows)
+
+    sentences = []
+    for kept, rows in ((False, [(e, r) for e, r in split if e["status"] not in _MISSES]),
+                       (True, [(e, r) for e, r in split if e["status"] in _MISSES])):
+        if not rows:
+            continue
+        count = f"{len(rows)} status" + ("" if len(rows) == 1 else "es")
+        verb = "is" if len(rows) == 1 else "are"
+        sentences.append(
+            f"Of these counts, {count} {verb} a miss under one reading of the paper's words and "
+            "not under another, and counted as the miss: the readings were fixed after our runs "
+            f"were seen, and such a reading softens no miss: {named(rows)}." if kept else
+            f"Of these counts, {count} {verb} inconclusive only because the readings of the "
             "paper's words that the paper leaves open give different statuses (the "
-            f"row states the readings): {named}.")
+            f"row states the readings): {named(rows)}.")
+    return " ".join(sentences)
 
 
 def page_markdown(ledger: dict) -> str:
