@@ -2091,20 +2091,28 @@ def _reading_sentence(entries: Sequence[dict]) -> str:
                         for i, (reading, status) in enumerate(r)) + ")"
             for e, r in rows)
 
+    def own(e, r) -> bool:  # the row's first reading gives its status already
+        return r[0][1] == e["status"]
+
     sentences = []
-    for kept, rows in ((False, [(e, r) for e, r in split if e["status"] not in _MISSES]),
-                       (True, [(e, r) for e, r in split if e["status"] in _MISSES])):
-        if not rows:
-            continue
-        count = f"{len(rows)} status" + ("" if len(rows) == 1 else "es")
-        verb = "is" if len(rows) == 1 else "are"
-        sentences.append(
-            f"Of these counts, {count} {verb} a miss under one reading of the paper's words and "
-            "not under another, and counted as the miss: the readings were fixed after our runs "
-            f"were seen, and such a reading softens no miss: {named(rows)}." if kept else
-            f"Of these counts, {count} {verb} inconclusive only because the readings of the "
-            "paper's words that the paper leaves open give different statuses (the "
-            f"row states the readings): {named(rows)}.")
+    groups = (("miss", [(e, r) for e, r in split if e["status"] in _MISSES]),
+              ("own", [(e, r) for e, r in split if e["status"] not in _MISSES and own(e, r)]),
+              ("split", [(e, r) for e, r in split if e["status"] not in _MISSES
+                         and not own(e, r)]))
+    texts = {
+        "miss": "a miss under one reading of the paper's words and not under another, and counted "
+                "as the miss: the readings were fixed after our runs were seen, and such a reading "
+                "softens no miss",
+        "own": "inconclusive under the row's own reading already; another reading of the paper's "
+               "words would give another status",
+        "split": "inconclusive only because the readings of the paper's words that the paper "
+                 "leaves open give different statuses (the row states the readings)",
+    }
+    for kind, rows in groups:
+        if rows:
+            count = f"{len(rows)} status" + ("" if len(rows) == 1 else "es")
+            verb = "is" if len(rows) == 1 else "are"
+            sentences.append(f"Of these counts, {count} {verb} {texts[kind]}: {named(rows)}.")
     return " ".join(sentences)
 
 
