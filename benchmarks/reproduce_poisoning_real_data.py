@@ -1617,6 +1617,8 @@ def control_tasks() -> list:
     """One task per setting, each with its own seeds (the same for every setting: the settings
     differ only in the victim)."""
     from diagnose_matching import diagnose_task
+    from other_classes_control import key as other_key
+    from other_classes_control import other_classes_task
     from tasks import Task
 
     costs = {"MLP transfer": 120.0, "MLP scratch": 400.0, "S4D transfer": 300.0,
@@ -1708,6 +1710,15 @@ def control_tasks() -> list:
               "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
               "victim_seeds": ORACLE_SEEDS, "eps_gray": CONTROL_EPS_GRAY},
              420.0, (("diagnose", f"MLP transfer {CONTROL_EPS_GRAY:g} gray"),)),
+    ] + [
+        # the extractor trained on other classes (benchmarks/other_classes_control, pre-registered)
+        Task(f"other classes {fam} transfer {CONTROL_EPS_GRAY:g} gray", other_classes_task,
+             {"family": fam, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": CONTROL_SETTINGS["MLP transfer"][2],
+              "eps_gray": CONTROL_EPS_GRAY},
+             cost, (other_key(fam),))
+        for fam, cost in (("MLP", 300.0),)
     ]
 
 
