@@ -294,7 +294,8 @@ COMPARE_ATOL = 1e-12
 #: (poisoning-in-practice's Table 1 row 2 bands by up to 4 %, greedy-learning's effective ranks
 #: by 1e-3), no status and no entry. There :func:`compare` with ``same_machine=False`` holds the
 #: statuses, the entries and the words exactly and reports the numbers without failing, as the
-#: results check of benchmarks/reproduce.py does; `make ledger` on the machine makes it strict again.
+#: results check of benchmarks/reproduce.py does; `make ledger` on the machine makes it strict
+#: again.
 SAME_MACHINE = ("cpu", "numpy", "torch", "numba")
 #: The key of the committed ledger file that records the machine it was written on.
 MACHINE_KEY = "_machine"
