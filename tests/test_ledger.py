@@ -1306,3 +1306,15 @@ def test_a_reading_not_fixed_blind_marks_every_row_that_uses_it(chapter):
     with pytest.raises(ValueError, match="low <= high"):
         ledger.PlotReading(3, 2, blind=False)
     assert ledger.rule_problems({"c": _entries(chapter)}) == []
+
+
+def test_a_rows_asterisks_print_as_asterisks(chapter):
+    """``d* = 5`` in a row's words must not open an italic run that eats the asterisk (the
+    teacher's d* and the student's d would then print as the same letter)."""
+    ledger.record("c-star", paper=PAPER, item="threshold at 2d*", paper_value=0.2, ours=0.2,
+                  section="s", paper_stat="exact", tol=0.05,
+                  setting="teacher d* = 5, student d = 40", note="2d* = 10")
+    page = ledger.page_markdown({"some-chapter": _entries(chapter)})
+    assert r"threshold at 2d\*" in page
+    assert r"*teacher d\* = 5, student d = 40*" in page and r"*2d\* = 10*" in page
+    assert "d* = 5" not in page.replace(r"\*", "")  # no bare asterisk left to pair with another

@@ -288,12 +288,14 @@ COMPARE_ATOL = 1e-12
 #: Where :data:`COMPARE_RTOL` holds: a run on the machine that wrote the committed ledger (the same
 #: CPU model, numba compiling for it, and the same numerical libraries; recorded under
 #: :data:`MACHINE_KEY` by :func:`save`). On another machine the chapters' long trainings amplify
-#: the last digits in which two CPUs' arithmetic differs. Measured: on an AMD EPYC against the Intel
-#: Xeon that wrote the ledger of 2026-11-29, 98 numbers of 5 chapters moved (poisoning-in-practice's
-#: Table 1 row 2 bands by up to 4 %, greedy-learning's effective ranks by 1e-3), no status and no
-#: entry. There :func:`compare` with ``same_machine=False`` holds the statuses, the entries and the
-#: words exactly and reports the numbers without failing, as the results check of
-#: benchmarks/reproduce.py does; `make ledger` on the machine makes it strict again.
+#: the last digits in which two CPUs' arithmetic differs. Measured once, on 2026-11-29: run on
+#: an AMD EPYC against the ledger an Intel Xeon had written (the committed ledger, rewritten
+#: since, names its own machine under :data:`MACHINE_KEY`), 98 numbers of 5 chapters moved
+#: (poisoning-in-practice's Table 1 row 2 bands by up to 4 %, greedy-learning's effective ranks
+#: by 1e-3), no status and no entry. There :func:`compare` with ``same_machine=False`` holds the
+#: statuses, the entries and the words exactly and reports the numbers without failing, as the
+#: results check of benchmarks/reproduce.py does; `make ledger` on the machine makes it strict
+#: again.
 SAME_MACHINE = ("cpu", "numpy", "torch", "numba")
 #: The key of the committed ledger file that records the machine it was written on.
 MACHINE_KEY = "_machine"
@@ -1637,6 +1639,12 @@ def _rank_text(entry: dict) -> str:
             f"equal it")
 
 
+def _literal(text: str | None) -> str:
+    """A chapter's words with Markdown's emphasis mark escaped, so that ``d* = 5`` and ``2d*``
+    print their asterisks instead of opening an italic run that eats them."""
+    return (text or "").replace("*", r"\*")
+
+
 def _cell(text: str | None) -> str:
     """A chapter's words (item, setting, reason) for a table cell: bars escaped, and numbers
     written as the rest of the book writes them (``lr 1e-3`` -> ``lr 10⁻³``; a range whose ends
@@ -1754,7 +1762,10 @@ def rule_markdown() -> str:
         "4): the row shows our values beside the band. For that reason a paper's value is "
         f"reproduced this way (a run, a statistic or a range) only from at least {MIN_RUNS} runs "
         "of ours; with fewer, an agreement is weak evidence (the floor guards agreements only: "
-        "a miss from fewer runs still counts as a miss, which the row's run count shows). This "
+        "a miss from fewer runs still counts as a miss, which the row's run count shows). The "
+        "floor counts the runs as the chapter records them: the rule cannot tell independent "
+        "runs from overlapping subsets of fewer seeds, so a row whose runs overlap says so in its "
+        "italics, and its band is then narrower than that of as many independent runs. This "
         "floor is a minimum sample "
         f"size: from *n* = {MIN_RUNS} on, the whole range of our *n* runs, smallest to largest, "
         f"would be at least a {round(100 * LEVEL)}\u00a0% prediction interval (a further run "
@@ -2180,7 +2191,7 @@ def page_markdown(ledger: dict) -> str:
                     label = entry["explain"]
                     link = (f"why: {{ref}}`{label}`" if label in headings
                             else f"{{ref}}`why <{label}>`")
-                    status += f": {entry['reason']} ({link})"
+                    status += f": {_literal(entry['reason'])} ({link})"
                 extras = [s for s in (entry["setting"], entry["note"]) if s]
                 if entry.get("closed_form") is True:
                     extras.append(_HOW_REPRODUCED["closed_form"])
@@ -2189,7 +2200,7 @@ def page_markdown(ledger: dict) -> str:
                             if "band" in reading else "")
                     extras.append(f"other reading, {reading['reading']}: paper "
                                   f"{_paper_text(reading)}{band}, {reading['status']}")
-                item = entry["item"] + "".join(f"<br>*{s}*" for s in extras)
+                item = _literal(entry["item"]) + "".join(f"<br>*{_literal(s)}*" for s in extras)
                 where = _where(chapter, entry["section"], headings)
                 cells = (item, _paper_text(entry), _ours_text(entry["ours"]),
                          _compared_text(entry), status)
@@ -2210,10 +2221,11 @@ def page_markdown(ledger: dict) -> str:
                 predicted = entry["predicted"]
                 predicted = (_range_text(predicted) if isinstance(predicted, list)
                              else _number(predicted))
-                item = entry["statement"] + (f"<br>*{entry['note']}*" if entry["note"] else "")
+                item = _literal(entry["statement"]) + (f"<br>*{_literal(entry['note'])}*"
+                                                       if entry["note"] else "")
                 lines.append("| " + " | ".join(map(_cell, (
                     item, predicted, _check_ours_text(entry["ours"]), f"± {_number(entry['tol'])}",
-                    entry["convergence"] or "—", entry["status"])))
+                    _literal(entry["convergence"]) or "—", entry["status"])))
                     + f" | {_where(chapter, entry['section'], headings)} |")
             lines.append("")
     return "\n".join(lines)
