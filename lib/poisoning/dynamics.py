@@ -71,9 +71,11 @@ class DynamicsSetting:
     Sequences: ``n_baseline`` N(0, 1) sequences non-zero at ``baseline_positions`` and
     ``n_special`` at ``special_positions`` (1-indexed). Initialization: |N(0, sd_a)| sorted with
     a tie gap ``tie_gap(sd_a, tie_exponent)``, B likewise with sd_bc and the same gap,
-    C = |N(0, sd_bc)| unsorted as in the authors' code (``sort_c=False``) or sorted descending
-    with no tie as the paper's App. H.1.1 says ("the same procedure" as B without modifying the
-    second entry, ``sort_c=True``), ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
+    C = |N(0, sd_bc)| drawn independently: unsorted (``sort_c=False``, the book's rule) or
+    sorted descending with no tie as the paper's App. H.1.1 says ("the same procedure" as B
+    without modifying the second entry, ``sort_c=True``). Neither is the authors' code's rule,
+    which builds C from B's draws in reverse order (rebuilt in
+    :mod:`lib.poisoning.authors_protocol`). ``warm`` added to A and B; MLP weights N(0, sd_mlp²).
     ``tie_exponent=None`` forces no tie: the sorted entries keep their random gaps.
     Training: ``optimizer`` with learning rate ``lr_clean`` / ``lr_special``, until the loss is
     ≤ ``stop_loss``, then ``extra_steps`` more. ``optimizer="adaptive"`` is the authors' code's
@@ -284,8 +286,9 @@ def dynamics_init(setting: DynamicsSetting, seed: int) -> dict[str, torch.Tensor
     """The paper's initialization (App. H.1.1) from ``numpy.random.RandomState(seed)``.
 
     a = |N(0, sd_a)| sorted descending with a_2 := a_1 − diff; b likewise with sd_bc; c =
-    |N(0, sd_bc)|, unsorted as in the authors' code, or sorted descending (no tie) when
-    ``setting.sort_c`` as the paper's text says; ``warm`` added to a and b; with an MLP,
+    |N(0, sd_bc)| drawn independently, unsorted (the book's rule), or sorted descending (no tie)
+    when ``setting.sort_c`` as the paper's text says (the authors' code instead reverses b's
+    draws); ``warm`` added to a and b; with an MLP,
     D_in (d_h×1), D_hidden (d_h×d_h), D_out (1×d_h) with N(0, sd_mlp²) entries. The tie gaps of
     Figure 2 (≈ 2e-19) are below float64 resolution, i.e. exact ties, broken only through c.
     """
