@@ -113,8 +113,9 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    paragraph that shows it (``explain``), else **not reproduced**. Both are misses: the rule
    records that a reason is given and does not weigh it, so the page's count lines give the
    misses in all beside the differences.
-10. Readings the paper does not fix: where the comparison rests on a reading of the paper's words
-    that the paper leaves open ("near perfect" read as a tail error below 0.01 or below 0.02),
+10. Readings the paper does not fix: where the chapter finds that the comparison rests on a reading
+    of the paper's words that the paper leaves open ("near perfect" read as a tail error below 0.01
+    or below 0.02; the rule cannot find a reading that no chapter names),
     :func:`record` takes the same comparison under each other reading (``readings``) and the
     entry's status is the status all readings share when they agree, and **inconclusive** when
     they disagree (unless rule 11 keeps a miss): one reading alone earns no verdict the other
