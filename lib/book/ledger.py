@@ -113,8 +113,9 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    paragraph that shows it (``explain``), else **not reproduced**. Both are misses: the rule
    records that a reason is given and does not weigh it, so the page's count lines give the
    misses in all beside the differences.
-10. Readings the paper does not fix: where the comparison rests on a reading of the paper's words
-    that the paper leaves open ("near perfect" read as a tail error below 0.01 or below 0.02),
+10. Readings the paper does not fix: where the chapter finds that the comparison rests on a reading
+    of the paper's words that the paper leaves open ("near perfect" read as a tail error below 0.01
+    or below 0.02; the rule cannot find a reading that no chapter names),
     :func:`record` takes the same comparison under each other reading (``readings``) and the
     entry's status is the status all readings share when they agree, and **inconclusive** when
     they disagree (unless rule 11 keeps a miss): one reading alone earns no verdict the other
@@ -1814,7 +1815,8 @@ def rule_markdown() -> str:
         "step rule, its loss (empirical or population) and the distribution of its "
         "initialization, as its text states them, or as the authors' published code implements "
         "them where the row says that it follows the code (we take the code to have produced the "
-        "paper's numbers).",
+        "paper's numbers; an agreement then confirms the protocol of the code, and where the "
+        "paper's text describes another, the row names the departure).",
         "  - A run stays in the setting with other random draws from the same "
         "distributions (our seeds and random streams, more seeds than the paper's), double "
         "precision where the authors used single, provided the comparison allows for it (a "
@@ -1838,16 +1840,18 @@ def rule_markdown() -> str:
         "- **not reproduced**: none of the above: our runs miss the paper's value, and the book "
         "has no explanation.",
         "",
-        "Where the comparison rests on a reading of the paper's words that the paper does not fix "
-        "(\"near perfect\" read as an error below 0.01 or below 0.02), the row is computed under "
-        "each reading, and its status is the one they share when they agree and **inconclusive** "
-        "when they disagree, with one exception: where the row's readings were fixed after our "
-        "runs were seen (the row says \"" + SEEN_MARK + "\") and one of them misses, the status "
+        "Where the chapter finds that a comparison rests on a reading of the paper's words that "
+        "the paper does not fix (\"near perfect\" read as an error below 0.01 or below 0.02), the "
+        "row is computed under each reading it names, and its status is the one they share when "
+        "they agree and **inconclusive** when they disagree, with one exception: where the row's "
+        "readings were fixed after our runs were seen (the row says \"" + SEEN_MARK + "\") and "
+        "one of them misses, the status "
         "is that miss. A reading chosen with our runs in view can earn no reproduction (above), "
         "and it can soften no miss either; a miss stands whatever reading gives it, since such a "
         "reading is suspect where it agrees with our runs, not where it misses them. The "
         "statuses of the readings are computed and compared; an illustration is one under every "
-        "reading.",
+        "reading. The rule cannot find an open reading that a chapter does not name: a row "
+        "computed under one reading is a reproduction under that reading only.",
         "",
         "A theorem's prediction that our own computation tests is not a paper's number, nor is "
         "its prediction for a setting of our choosing (a teacher of ours): such "
