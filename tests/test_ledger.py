@@ -365,12 +365,14 @@ def test_a_check_that_is_not_the_papers_statement_is_counted_and_listed_apart(ch
     entries = _entries(chapter)
     assert entries["ours-fails"]["of_paper"] is False and "of_paper" not in entries["theirs"]
     page = ledger.page_markdown({"some-chapter": entries})
-    assert ("**3 checks**: 1 of the papers' statements: 1 holds; 2 of our own derivations or of "
-            "numerical analysis, not statements of the papers: 1 holds, 1 fails.") in page
-    assert ("3 checks: 1 of its statements: 1 holds; 2 of our own derivations or of numerical "
-            "analysis, not statements of the paper: 1 holds, 1 fails.") in page
+    assert ("**3 checks**: 1 of the papers' statements: 1 holds; 2 of our own derivations, "
+            "numerical analysis or controls of our implementation, not statements of the papers: "
+            "1 holds, 1 fails.") in page
+    assert ("3 checks: 1 of its statements: 1 holds; 2 of our own derivations, numerical "
+            "analysis or controls of our implementation, not statements of the paper: 1 holds, "
+            "1 fails.") in page
     # two tables: the paper's statements first, then the others under their own heading
-    own = page.index("Checks of our own derivations or of numerical analysis")
+    own = page.index("Checks of our own derivations, numerical analysis or controls")
     assert page.count("| statement checked |") == 2
     assert page.index("| statement checked |") < own < page.rindex("| statement checked |")
     assert page.index("Euler's method is first order | 1 | 1.02") < own

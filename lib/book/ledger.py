@@ -1895,14 +1895,14 @@ def _of_paper(entry: dict) -> bool:
 
 
 #: How the page names the checks that :func:`check` records with ``of_paper=False``.
-OWN_CHECKS = ("of our own derivations or of numerical analysis, not statements of the "
-              "paper{s}")
+OWN_CHECKS = ("of our own derivations, numerical analysis or controls of our implementation, "
+              "not statements of the paper{s}")
 
 
 def _check_counts(checks: Sequence[dict], papers: str = "s") -> str:
     """The checks split into those of the papers' statements and the others, with the statuses of
-    each: "16 of its statements: 14 holds, 2 illustration; 8 of our own derivations or of numerical
-    analysis, not statements of the paper: 7 holds, 1 fails"."""
+    each: "16 of its statements: 14 holds, 2 illustration; 8 of our own derivations, numerical
+    analysis or controls of our implementation, not statements of the paper: 7 holds, 1 fails"."""
     theirs = [e for e in checks if _of_paper(e)]
     ours = [e for e in checks if not _of_paper(e)]
     whose = "the papers'" if papers == "s" else "its"
