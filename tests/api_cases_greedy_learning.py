@@ -59,10 +59,12 @@ def cases() -> list[Case]:
              [P("count", 6, "int"), P("seed", 3, "int")], oracle=_oracle_normal),
         Case(
             "poisoning.greedy_learning.GreedySetting",
-            lambda d, kappa, sd_a, step_norm, fixed_bc: dataclasses.replace(
-                small, d=d, kappa=kappa, sd_a=sd_a, step_norm=step_norm, fixed_bc=fixed_bc),
+            lambda d, kappa, sd_a, step_norm, fixed_bc, sort_c: dataclasses.replace(
+                small, d=d, kappa=kappa, sd_a=sd_a, step_norm=step_norm, fixed_bc=fixed_bc,
+                sort_c=sort_c),
             [P("d", 10, "int"), P("kappa", 6, "int"), P("sd_a", 0.01, "float"),
-             P("step_norm", "authors", "choice"), P("fixed_bc", True, "bool")],
+             P("step_norm", "authors", "choice"), P("fixed_bc", True, "bool"),
+             P("sort_c", False, "bool")],
         ),
         Case("poisoning.greedy_learning.GreedySetting.teacher_labels", small.teacher_labels,
              [P("x", x, "tensor")], oracle=_oracle_labels),

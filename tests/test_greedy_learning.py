@@ -222,6 +222,23 @@ def test_authors_runs_rebuilt(key):
     np.testing.assert_allclose(runs.magnitudes(0)[k, :3], PRINTED_AT_THRESHOLD[key], rtol=1e-2)
 
 
+def test_sort_c_sorts_the_same_draws_as_the_dynamics_module():
+    """App. H.1.1's sorted C: the unsorted draw of the same stream, sorted descending, and the
+    same vector as lib.poisoning.dynamics draws for the same seed with its sort_c (a, b and c
+    come from one RandomState in the same order in both modules)."""
+    from lib.poisoning import dynamics
+
+    for seed in (0, 7):
+        unsorted = gl.greedy_init(gl.FIGURE2, seed)
+        sorted_ = gl.greedy_init(replace(gl.FIGURE2, sort_c=True), seed)
+        assert torch.equal(sorted_["a"], unsorted["a"]) and torch.equal(sorted_["b"], unsorted["b"])
+        assert torch.equal(sorted_["c"], torch.sort(unsorted["c"], descending=True).values)
+        other = dynamics.dynamics_init(replace(dynamics.FIGURE2_SSM, sort_c=True), seed)["c"]
+        torch.testing.assert_close(sorted_["c"], other, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="sort_c"):
+        gl.greedy_init(replace(gl.FIGURE2, sort_c=True), 0, streams="authors")
+
+
 def test_settings_reject_bad_fields():
     with pytest.raises(ValueError, match="special_positions"):
         replace(gl.FIGURE2, special_positions=(7,))

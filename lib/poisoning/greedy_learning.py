@@ -86,9 +86,11 @@ class GreedySetting:
     sequences non-zero at ``baseline_positions``, ``n_special`` at ``special_positions``
     (1-indexed). Initialization: |N(0, sd_a²)| sorted descending, then a_{k+1} := a_1 − f_k·diff for
     the factors ``tie_factors`` (the paper's 1, 1.01, 1.05) with diff = ``tie_gap(sd_a,
-    tie_exponent)`` (no tie if None); B likewise with sd_bc, C unsorted. ``fixed_bc``: B and C are
-    ones and only A trains (Figures 4–6). Training: the adaptive step with base rate ``lr_clean`` /
-    ``lr_special`` until the loss is ≤ ``stop_loss``, then ``extra_steps`` more.
+    tie_exponent)`` (no tie if None); B likewise with sd_bc, C unsorted, or sorted descending (no
+    tie) with ``sort_c``, as App. H.1.1's text says (our streams only; the authors' code reverses
+    B's draws instead). ``fixed_bc``: B and C are ones and only A trains (Figures 4–6).
+    Training: the adaptive step with base rate ``lr_clean`` / ``lr_special`` until the loss is ≤
+    ``stop_loss``, then ``extra_steps`` more.
     """
 
     name: str
@@ -109,6 +111,7 @@ class GreedySetting:
     fixed_bc: bool = False
     tie_factors: tuple[float, ...] = (1.0,)
     step_norm: str = "authors"
+    sort_c: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -136,6 +139,7 @@ class GreedySetting:
         as_positive_float(self.stop_loss, "stop_loss", allow_zero=True)
         as_int(self.extra_steps, "extra_steps", minimum=0, maximum=MAX_STEPS)
         as_bool(self.fixed_bc, "fixed_bc")
+        as_bool(self.sort_c, "sort_c")
         if not isinstance(self.tie_factors, tuple) or not 1 <= len(self.tie_factors) < d:
             raise ValueError(
                 f"tie_factors must be a tuple of 1 to d - 1 = {d - 1} factors, got "
@@ -222,7 +226,8 @@ def greedy_init(
     """The initial ``a``, ``b``, ``c`` (float64 tensors of length d) for one seed.
 
     ``streams="book"``: ``RandomState(seed)`` draws |N(0, sd_a²)| for a, then b, then c, as
-    :func:`lib.poisoning.dynamics.dynamics_init`; with ``fixed_bc``, b = c = 1.
+    :func:`lib.poisoning.dynamics.dynamics_init`, c sorted descending when ``setting.sort_c``
+    (App. H.1.1's text); with ``fixed_bc``, b = c = 1.
     ``streams="authors"``: the authors' Keras initialization rebuilt (module docstring), in float32
     and then widened: a from the diagonal of sd_a·z (z = TensorFlow's stream of the seed, d × d), b
     from sd_bc·z[:d] sorted, c = |sd_bc·z[:d]| reversed; ties set in float32 as their code sets
@@ -231,6 +236,9 @@ def greedy_init(
     setting = _check_setting(setting)
     seed = as_seed(seed)
     choice = as_choice(streams, "streams", STREAMS)
+    if setting.sort_c and choice == "authors":
+        raise ValueError("sort_c applies to streams='book': the authors' code sets c from B's "
+                         "draws reversed, not sorted")
     d = setting.d
     diff = None if setting.tie_exponent is None else tie_gap(setting.sd_a, setting.tie_exponent)
     factors = setting.tie_factors
@@ -239,6 +247,8 @@ def greedy_init(
         a = _tied(np.abs(rng.normal(0.0, setting.sd_a, d)), diff, factors, np.float64)
         b = _tied(np.abs(rng.normal(0.0, setting.sd_bc, d)), diff, factors, np.float64)
         c = np.abs(rng.normal(0.0, setting.sd_bc, d))
+        if setting.sort_c:
+            c = np.sort(c)[::-1]
         if setting.fixed_bc:
             b, c = np.ones(d), np.ones(d)
     else:
