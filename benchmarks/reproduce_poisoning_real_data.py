@@ -1719,6 +1719,15 @@ def control_tasks() -> list:
               "eps_gray": CONTROL_EPS_GRAY},
              cost, (other_key(fam),))
         for fam, cost in (("MLP", 300.0),)
+    ] + [
+        # its second registered run: every eligible target the first did not draw
+        Task(f"other classes MLP transfer {CONTROL_EPS_GRAY:g} gray, remaining targets",
+             other_classes_task,
+             {"family": "MLP", "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": CONTROL_SETTINGS["MLP transfer"][2],
+              "eps_gray": CONTROL_EPS_GRAY, "remaining": True},
+             900.0, (other_key("MLP", CONTROL_EPS_GRAY, True),))
     ]
 
 

@@ -40,6 +40,23 @@ def test_the_task_on_a_tiny_size(monkeypatch):
     assert "other classes MLP transfer 2 gray" in {t.key for t in rp.tasks()}
 
 
+def test_the_second_run_draws_only_targets_the_first_did_not(monkeypatch):
+    """The remaining-targets run: its targets are eligible (true class among 5-9), none is among
+    the first run's, and the first run's draw is the registered one."""
+    monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=2))
+    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=2))
+    out = oc.other_classes_task(family="MLP", surrogate_seed=100, extractor_seed=200,
+                                target_seed=0, attack_seed=1, victim_seeds=[0], targets_n=3,
+                                remaining=True)
+    record = out[oc.key("MLP", remaining=True)]
+    assert record["remaining"] and len(record["excluded"]) == rp.CONTROL_TARGETS
+    assert len(record["targets"]) == 3 and not set(record["targets"]) & set(record["excluded"])
+    _, _, _, yt, _ = rp.data.digits_split()
+    assert all(int(yt[t]) in oc.TARGET_CLASSES for t in record["targets"])
+    assert "other classes MLP transfer 2 gray, remaining targets" in {t.key for t in rp.tasks()}
+
+
 def test_the_verdict_can_fail():
     """7 of 32 targets on every seed against none of a random control passes (0.110 > 0.107);
     6 does not, nor does any count when the control flips as many."""
@@ -65,3 +82,5 @@ def test_targets_are_drawn_among_the_given_classes():
         oc.draw_targets_among(y.clone(), y, (5, 6), 11, seed=0)
     with pytest.raises(ValueError, match="two distinct"):
         oc.draw_targets_among(y.clone(), y, (5, 5), 1, seed=0)
+    rest, _ = oc.draw_targets_among(y.clone(), y, (5, 6, 7), None, seed=1, exclude=targets)
+    assert sorted(rest + targets) == sorted(t for t in range(50) if int(y[t]) in (5, 6, 7))
