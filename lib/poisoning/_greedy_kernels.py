@@ -6,7 +6,7 @@ weights ``w`` by gradient descent with the adaptive step of Slutzky et al. (2025
 
     μ_k = β μ_{k−1} + (1 − β) G_k,    η_k = η / (√(μ_k / (1 − β^{k+1})) + softening),
 
-until the loss is ≤ ``stop_loss``, then ``extra_steps`` more. The loss, its gradient and the two
+until the loss is ≤ ``stop_loss``, then ``extra_steps`` more. The loss, its gradient and the three
 forms of G_k:
 
     h_m = Σ_j b_j c_j a_j^m,  φ_i = Σ_l x_il h_{κ−1−l},  ℓ = Σ_i w_i (φ_i − y_i)²,
@@ -22,7 +22,10 @@ forms of G_k:
 
       ∂ℓ/∂A_jk = b_j c_k T_jk,  T_jk = Σ_{m≥1} z_m S_m(a_j, a_k),  S_m(s, t) = Σ_{p+q=m−1} s^p t^q,
 
-  with S_1 = 1 and S_{m+1}(s, t) = s S_m(s, t) + t^m; its diagonal is ∂ℓ/∂a_j.
+  with S_1 = 1 and S_{m+1}(s, t) = s S_m(s, t) + t^m; its diagonal is ∂ℓ/∂a_j;
+* ``squared=True`` (the paper's text, App. H.1.1: "an exponential moving average of squared
+  gradient norms"): G_k = ‖∇ℓ‖², the squared norm of the whole gradient over the trained
+  parameters (a; and b, c unless fixed), with the text's softening passed by the caller.
 
 With ``fixed_bc`` only a moves and b, c are set to 1 after every step: the authors' scheme for
 their Figures 4–6 (B and C trainable, reset to ones at the end of each epoch), whose first step uses
@@ -132,8 +135,12 @@ def _block_norm(grad, start, stop):
 
 
 @njit(cache=True, error_model="numpy")
-def _step_norm(theta, grad, z, d, fixed_bc, full_norm, work):
+def _step_norm(theta, grad, z, d, fixed_bc, full_norm, squared, work):
     """G_k of the adaptive step (module docstring)."""
+    if squared:
+        stop = d if fixed_bc else 3 * d
+        norm = _block_norm(grad, 0, stop)
+        return norm * norm
     norm_a = _full_matrix_norm(theta, z, d, work) if full_norm else _block_norm(grad, 0, d)
     if full_norm or not fixed_bc:
         return norm_a + _block_norm(grad, d, 2 * d) + _block_norm(grad, 2 * d, 3 * d)
@@ -149,8 +156,8 @@ def _finite(value, grad):
 
 
 @njit(cache=True, error_model="numpy")
-def _train_run(theta0, x, y, w, d, fixed_bc, full_norm, lr, steps, stop_loss, extra_steps,
-               record_every, beta, softening):  # fmt: skip
+def _train_run(theta0, x, y, w, d, fixed_bc, full_norm, squared, lr, steps, stop_loss,
+               extra_steps, record_every, beta, softening):  # fmt: skip
     """One run; returns the records (first ``count`` rows), converged step (−1: none), last step
     and the divergence flag, as :func:`lib.poisoning._dynamics_kernels.train_runs` lays them out."""
     size = theta0.shape[0]
@@ -179,7 +186,7 @@ def _train_run(theta0, x, y, w, d, fixed_bc, full_norm, lr, steps, stop_loss, ex
             states[count] = theta
             count += 1
             break
-        size_k = _step_norm(theta, grad, z, d, fixed_bc, full_norm, work)
+        size_k = _step_norm(theta, grad, z, d, fixed_bc, full_norm, squared, work)
         average = beta * average + (1.0 - beta) * size_k
         eta = lr / (math.sqrt(average / (1.0 - beta ** (k + 1))) + softening)
         if k % record_every == 0:
@@ -197,7 +204,7 @@ def _train_run(theta0, x, y, w, d, fixed_bc, full_norm, lr, steps, stop_loss, ex
 
 
 def train_runs(theta0, x, y, w, sizes, *, d, fixed_bc, full_norm, lrs, steps, stop_loss,
-               extra_steps, record_every, beta=0.8, softening=1e-6):  # fmt: skip
+               extra_steps, record_every, squared=False, beta=0.8, softening=1e-6):  # fmt: skip
     """R independent runs; the record layout of :func:`lib.engine.flow.gradient_descent` for R runs.
 
     ``theta0`` is ``(R, 3d)`` (a, b, c); ``x``, ``y``, ``w`` the padded data ``(R, n, κ)``,
@@ -210,8 +217,8 @@ def train_runs(theta0, x, y, w, sizes, *, d, fixed_bc, full_norm, lrs, steps, st
     results = [
         _train_run(np.ascontiguousarray(theta0[r]), np.ascontiguousarray(x[r, : sizes[r]]),
                    np.ascontiguousarray(y[r, : sizes[r]]), np.ascontiguousarray(w[r, : sizes[r]]),
-                   d, fixed_bc, full_norm, float(lrs[r]), steps, stop, extra_steps, record_every,
-                   beta, softening)  # fmt: skip
+                   d, fixed_bc, full_norm, squared, float(lrs[r]), steps, stop, extra_steps,
+                   record_every, beta, softening)  # fmt: skip
         for r in range(theta0.shape[0])
     ]
     end = max(int(res[6]) for res in results)

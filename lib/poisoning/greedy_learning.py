@@ -22,11 +22,14 @@ Two sources of random numbers (``streams``):
   legacy generator seeded with the same seed. With these, a run reproduces the run their notebook
   shows for that seed.
 
-Two forms of the adaptive step's gradient size G_k (``step_norm``, see
+Three forms of the adaptive step's gradient size G_k (``step_norm``, see
 :mod:`lib.poisoning._greedy_kernels`): ``"authors"``, the Frobenius norm of the gradient of the
 full d × d matrix A their SSM stores, plus the norms of the gradients of B and C (always trainable
-variables in their code), and ``"diagonal"``, the sum over the trained blocks of the gradient of
-diag(A) (and B, C when trained), the form of :func:`lib.poisoning.dynamics.train_dynamics`.
+variables in their code); ``"diagonal"``, the sum over the trained blocks of the norms of the
+gradient of diag(A) (and B, C when trained), the form of
+:func:`lib.poisoning.dynamics.train_dynamics`; both with the code's softening 10⁻⁶; and
+``"text"``, the rule App. H.1.1 writes: the moving average of the *squared* norm of the gradient
+over the trained parameters, G_k = ‖∇ℓ‖², with its softening 10⁻⁵ (``TEXT_SOFTENING``).
 """
 
 from __future__ import annotations
@@ -63,10 +66,12 @@ from lib.ssm.diagonal import (
 )
 
 STREAMS = ("book", "authors")
-STEP_NORMS = ("authors", "diagonal")
+STEP_NORMS = ("authors", "diagonal", "text")
 ENGINES = ("compiled", "numpy")
 BETA, SOFTENING = 0.8, 1e-6
 """The adaptive step's averaging coefficient and softening constant (the authors' code)."""
+TEXT_SOFTENING = 1e-5
+"""The softening constant App. H.1.1 states (β = 0.8 there too), used with ``step_norm="text"``."""
 
 
 def _positions(value, name: str, kappa: int) -> tuple[int, ...]:
@@ -329,7 +334,8 @@ def _reference_gradient(a, b, c, x, y, w):
     return float(w @ residual**2), grads, full
 
 
-def _reference_run(theta, x, y, w, d, fixed_bc, full_norm, lr, steps, stop, extra, record_every):
+def _reference_run(theta, x, y, w, d, fixed_bc, full_norm, squared, softening, lr, steps, stop,
+                   extra, record_every):  # fmt: skip
     """The protocol of :mod:`lib.poisoning._greedy_kernels`, step by step in numpy (the reference
     engine)."""
     theta = theta.copy()
@@ -342,11 +348,14 @@ def _reference_run(theta, x, y, w, d, fixed_bc, full_norm, lr, steps, stop, extr
         if k >= last:
             records.append((k, theta.copy(), loss, math.nan))
             break
-        norm_a = np.linalg.norm(full) if full_norm else np.linalg.norm(ga)
-        bc_norms = np.linalg.norm(gb) + np.linalg.norm(gc) if full_norm or not fixed_bc else 0.0
-        size = norm_a + bc_norms
+        if squared:
+            size = float(ga @ ga) + (0.0 if fixed_bc else float(gb @ gb + gc @ gc))
+        else:
+            norm_a = np.linalg.norm(full) if full_norm else np.linalg.norm(ga)
+            bc_norms = np.linalg.norm(gb) + np.linalg.norm(gc) if full_norm or not fixed_bc else 0
+            size = norm_a + bc_norms
         average = BETA * average + (1 - BETA) * size
-        eta = lr / (math.sqrt(average / (1 - BETA ** (k + 1))) + SOFTENING)
+        eta = lr / (math.sqrt(average / (1 - BETA ** (k + 1))) + softening)
         if k % record_every == 0:
             records.append((k, theta.copy(), loss, eta))
         theta[:d] -= eta * ga
@@ -355,10 +364,10 @@ def _reference_run(theta, x, y, w, d, fixed_bc, full_norm, lr, steps, stop, extr
 
 
 def _train_reference(theta0, x, y, w, sizes, *, d, fixed_bc, full_norm, lrs, steps, stop_loss,
-                     extra_steps, record_every):  # fmt: skip
+                     extra_steps, record_every, squared=False, softening=SOFTENING):  # fmt: skip
     runs = [_reference_run(theta0[r], x[r, : sizes[r]], y[r, : sizes[r]], w[r, : sizes[r]], d,
-                           fixed_bc, full_norm, lrs[r], steps, stop_loss, extra_steps,
-                           record_every) for r in range(theta0.shape[0])]  # fmt: skip
+                           fixed_bc, full_norm, squared, softening, lrs[r], steps, stop_loss,
+                           extra_steps, record_every) for r in range(theta0.shape[0])]  # fmt: skip
     end = max(last for _, _, last in runs)
     times = np.array([*range(0, end, record_every), end], dtype=np.int64)
     states = np.empty((len(times), len(runs), theta0.shape[1]))
@@ -482,6 +491,8 @@ def train_greedy(
         theta0, x.numpy(), y.numpy(), weights.numpy(), sizes, d=setting.d,
         fixed_bc=setting.fixed_bc, full_norm=setting.step_norm == "authors", lrs=lrs, steps=steps,
         stop_loss=setting.stop_loss, extra_steps=setting.extra_steps, record_every=record_every,
+        squared=setting.step_norm == "text",
+        softening=TEXT_SOFTENING if setting.step_norm == "text" else SOFTENING,
     )  # fmt: skip
     d = setting.d
     params = {k: states[:, :, i * d : (i + 1) * d] for i, k in enumerate("abc")}
