@@ -423,7 +423,8 @@ def test_theorem1_table_reproduces_paper_table1():
     table = theorem1_table(d, kappa, (242, 243, 244, 246), init_scale=1e-3, diff=diff)
     assert table["clean"] == pytest.approx(1.27e-3, rel=0.02)
     assert table["poisoned"] == pytest.approx(5.01e-2, rel=0.02)
-    assert table["poisoned"] > theorem1_lower_bound(d, kappa) / d
+    # no comparison with the Theorem 1 floor here: the clean error exceeds it too (these starts are
+    # outside the theorem's initialization set), so such an assert could not tell the two apart
 
 
 # --- dynamics experiments ------------------------------------------------------------------------
