@@ -802,6 +802,17 @@ def test_comparisons_of_one_paper_number_are_grouped_and_split_numbers_named(cha
         ledger._paper_number("ch", entries["thm"])
 
 
+def test_an_aside_about_another_place_gives_the_number_no_detail(chapter):
+    # "(Figure 6: κ = 20 ...)" is about Figure 6: Figure 1(b)'s number has no κ of its own
+    ledger.record("b", paper=PAPER, item="Figure 1(b) (d* = 10): the transition at 2d* (Figure 6: "
+                  "κ = 20 near perfect)", paper_value=20.0, ours=20.0, tol=0.5, section="s",
+                  paper_stat="exact")
+    ledger.record("c", paper=PAPER, item="Figure 4 (κ = 6), rank", paper_value=2.0, ours=2.0,
+                  tol=0.5, section="s", paper_stat="exact")
+    numbers = [ledger._paper_number("ch", e) for e in _entries(chapter).values()]
+    assert [ledger._place_name(n) for n in numbers] == ["Figure 1(b)", "Figure 4 (κ = 6)"]
+
+
 def test_the_page_says_when_no_number_is_split(chapter):
     _rec("one", 0.30, 0.31, "single", tol=0.02)
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})

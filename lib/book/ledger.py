@@ -1969,7 +1969,8 @@ def _paper_number(chapter: str, entry: dict) -> tuple:
 
     Two entries compare the same number when they come from the same chapter and paper, give the
     same paper's value, and name the same place of the paper: the first figure, table, section or
-    example of their item, with the row, κ (or κ_g) and β the item gives. A grouping of the
+    example of their item, with the row, κ (or κ_g) and β the item gives outside an aside in
+    parentheses about another place. A grouping of the
     chapters' own words, so its count is approximate: two claims of one place with equal values
     count once.
     """
@@ -1978,7 +1979,10 @@ def _paper_number(chapter: str, entry: dict) -> tuple:
     words = " ".join(str(entry["item"]).split())
     first = _PLACE.search(words)
     place = re.sub(r"\s+", "", first.group(0)) if first else words
-    details = tuple(sorted({re.sub(r"\s+", "", d) for d in _PLACE_DETAIL.findall(words)}))
+    # not the details of an aside about another place ("Figure 1(b) (d* = 10): ... (Figure 6:
+    # κ = 20 near perfect)" has no κ of its own)
+    own = re.sub(r"\((?:Figure|Table|Example|§)[^()]*\)", "", words)
+    details = tuple(sorted({re.sub(r"\s+", "", d) for d in _PLACE_DETAIL.findall(own)}))
     value = entry["paper_value"]
     value = tuple(value) if isinstance(value, list) else value
     return (chapter, entry["paper"], place, details, value)
