@@ -474,7 +474,10 @@ def saddle_hessian_eigenvalues(d: int, kappa: int) -> tuple[float, float]:
 
 
 def theorem1_lower_bound(d: int, kappa: int) -> float:
-    """Theorem 1's lower bound on the poisoned Gen_k, k ≥ κ+2: min{0.1, (1 − 0.6^{1/(κ−1)})/(9d)}.
+    """Theorem 1's lower bound on the poisoned Gen_k: min{0.1, (1 − 0.6^{1/(κ−1)})/(9d)}.
+
+    For lengths k ≥ κ+2 (App. E prints L' > L + 2; the book reads each printed > in Theorem 1's
+    bounds as ≥).
 
     In absolute units (divide by d for the normalization of the paper's tables). This is the
     constant of the theorem's statement in the main text. The proof applies Lemma 3 directly to
