@@ -796,7 +796,7 @@ def test_comparisons_of_one_paper_number_are_grouped_and_split_numbers_named(cha
     assert [len(g) for _, g in split] == [2]
     page = ledger.page_markdown({"ch": entries})
     assert "**7 comparisons** with numbers of 1 paper:" in page
-    assert "about 6 numbers in all, 6 from the papers themselves and 0 read off" in page
+    assert "6 numbers in all by this grouping, 6 from the papers themselves and 0 read off" in page
     assert "1 number is so split. In {doc}`ch`, Figure 4 (κ = 6): 2.33." in page
     with pytest.raises(ValueError, match="paper entry"):
         ledger._paper_number("ch", entries["thm"])
@@ -816,7 +816,7 @@ def test_an_aside_about_another_place_gives_the_number_no_detail(chapter):
 def test_the_page_says_when_no_number_is_split(chapter):
     _rec("one", 0.30, 0.31, "single", tol=0.02)
     page = ledger.page_markdown({"some-chapter": _entries(chapter)})
-    assert "about 1 number in all" in page and "No number is so split." in page
+    assert "1 number in all by this grouping" in page and "No number is so split." in page
 
 
 def test_the_count_lines_give_the_misses_in_all_beside_the_differences(chapter):

@@ -2066,7 +2066,7 @@ def _numbers_paragraph(rows: Sequence[tuple[str, dict]]) -> str:
         "The counts are of comparisons, one row of the tables below each, not of the papers' "
         "numbers. The comparisons of one chapter that give the same value at the same place of "
         "a paper (the first figure, table, section or example their item names, with its row, κ"
-        f" and β) compare one number: about {_plural(total, 'number')} in all, "
+        f" and β) compare one number: {_plural(total, 'number')} in all by this grouping, "
         f"{len(_paper_numbers(printed))} from the papers themselves and "
         f"{len(_paper_numbers(notebook))} read off the notebooks. One number can be compared "
         "several ways: a run of the authors that our code rebuilds seed by seed, as an exact "
