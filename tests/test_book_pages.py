@@ -345,3 +345,12 @@ def test_the_execution_table_in_reading_order():
     rows = [[entry.astext() for entry in row.findall(nodes.entry)]
             for row in table.findall(nodes.row)]
     assert [row[0] for row in rows[1:]] == ["book/z", "book/b", "book/a", "book/x"]
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.stem)
+def test_no_page_source_holds_a_control_character(page):
+    """A tab or other control character in a page is almost always a TeX command whose backslash
+    a Python string ate (``"\\tfrac"`` is a tab and ``frac``); MathJax then prints garbage."""
+    bad = [(number, repr(line)) for number, line in enumerate(page.read_text().splitlines(), 1)
+           if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line)]
+    assert not bad, f"{page.name}: control characters at {bad[:5]}"
