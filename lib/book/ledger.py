@@ -1402,7 +1402,7 @@ def _numbers_differ(fresh, committed, exact: bool = True) -> bool:
             _numbers_differ(fresh[k], committed[k], exact) for k in committed)
     if isinstance(committed, list):
         return not isinstance(fresh, list) or len(fresh) != len(committed) or any(
-            _numbers_differ(f, c, exact) for f, c in zip(fresh, committed))
+            _numbers_differ(f, c, exact) for f, c in zip(fresh, committed, strict=True))
     if isinstance(committed, float) and isinstance(fresh, (int, float)) \
             and not isinstance(fresh, bool):
         return exact and not math.isclose(fresh, committed, rel_tol=COMPARE_RTOL,
