@@ -1402,7 +1402,7 @@ def _numbers_differ(fresh, committed, exact: bool = True) -> bool:
             _numbers_differ(fresh[k], committed[k], exact) for k in committed)
     if isinstance(committed, list):
         return not isinstance(fresh, list) or len(fresh) != len(committed) or any(
-            _numbers_differ(f, c, exact) for f, c in zip(fresh, committed))
+            _numbers_differ(f, c, exact) for f, c in zip(fresh, committed, strict=True))
     if isinstance(committed, float) and isinstance(fresh, (int, float)) \
             and not isinstance(fresh, bool):
         return exact and not math.isclose(fresh, committed, rel_tol=COMPARE_RTOL,
@@ -1715,8 +1715,7 @@ def rule_markdown() -> str:
         "bound on how "
         "far a double-precision rebuild may drift from a single-precision run, neither an "
         "agreement nor a miss can be put down to the rebuild rather than to the difference of "
-        "precision. {ref}`The introduction <intro>` counts apart the rebuilt values that lie "
-        "more than a pixel from the authors'. Where a reading of the authors' plot, or a "
+        "precision. Where a reading of the authors' plot, or a "
         "bracket or tolerance, that "
         "decides a row was fixed after our runs were seen, however plain the reading (the "
         "iteration at which a curve passes a level), the row says \"" + SEEN_MARK + "\", and "
