@@ -476,8 +476,9 @@ def saddle_hessian_eigenvalues(d: int, kappa: int) -> tuple[float, float]:
 def theorem1_lower_bound(d: int, kappa: int) -> float:
     """Theorem 1's lower bound on the poisoned Gen_k: min{0.1, (1 − 0.6^{1/(κ−1)})/(9d)}.
 
-    For lengths k ≥ κ+2 (App. E prints L' > L + 2; the book reads each printed > in Theorem 1's
-    bounds as ≥).
+    For lengths k > κ + 2 and dimensions d > 8, as printed (App. E's Lemma 3 prints L' > L + 2).
+    The formula itself is evaluated at any ``d >= 2`` and ``kappa >= 3``; a value outside the
+    printed hypotheses is the formula's, not a bound the theorem asserts.
 
     In absolute units (divide by d for the normalization of the paper's tables). This is the
     constant of the theorem's statement in the main text. The proof applies Lemma 3 directly to
