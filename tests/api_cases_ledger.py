@@ -66,8 +66,11 @@ def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_s
     values = _seeds(ours)
     if paper_stat == "exact":
         expected = "reproduced" if abs(float(values) - paper_value) <= tol else "not reproduced"
-        # rule 8 for an exact value: a tolerance of at least half the (non-zero) value
-        if expected == "reproduced" and paper_value != 0 and tol >= abs(paper_value) / 2:
+        # rule 8 for an exact value: a tolerance of at least half the (non-zero) value, or wider
+        # than EXACT_TOL_SHARE of it (up to rounding of the product)
+        if expected == "reproduced" and paper_value != 0 and (
+                tol >= abs(paper_value) / 2
+                or tol > ledger.EXACT_TOL_SHARE * abs(paper_value) * (1 + 1e-9)):
             expected = "weak evidence"
     elif values.ndim == 0:  # one value of ours against a random number of the paper
         expected = "weak evidence" if abs(float(values) - paper_value) <= tol else "inconclusive"
@@ -86,6 +89,9 @@ def _oracle_record(result, key, paper, item, paper_value, ours, section, paper_s
             expected = "weak evidence"
         # rule 8: fewer than MIN_RUNS runs of ours give weak evidence at best
         if expected == "reproduced" and values.size < ledger.MIN_RUNS:
+            expected = "weak evidence"
+        # rule 3: one run of the paper's placed in our band is weak evidence at best
+        if expected == "reproduced" and paper_stat == "single":
             expected = "weak evidence"
     return result == expected
 
