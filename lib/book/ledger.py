@@ -54,9 +54,14 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    the ``setting`` names): **illustration**, whatever the numbers; this rule comes first. For a run
    in the paper's setting, a threshold or a horizon of our own choosing is not a hypothesis: a
    number that misses for such a reason is a miss (rule 9: *differs* with that reason given).
-2. ``"exact"``: **reproduced** when ``|ours − paper| ≤ tol``.
-3. ``"single"`` against a spread of our seeds: **reproduced** when the paper's run lies in the
-   central 90 % of our single runs (from at least :data:`MIN_RUNS` of them, rule 8).
+2. ``"exact"``: **reproduced** when ``|ours − paper| ≤ tol`` (and ``tol`` is at most
+   :data:`EXACT_TOL_SHARE` of ``|paper|``, rule 8).
+3. ``"single"`` against a spread of our seeds: **weak evidence** at best, when the paper's run
+   lies in the central 90 % of our single runs; never reproduced. One draw placed in a band has
+   little power to tell two distributions apart: one draw of a normal distribution shifted by one
+   standard deviation from ours still lands in our central 90 % with probability
+   ``Φ(z − 1) − Φ(−z − 1) = 0.74`` (``z = 1.645``; :func:`_shifted_draw_inside`). Outside the
+   band it is a miss (rule 9).
 4. ``"mean"``/``"median"``/``"max"``/``"min"`` of ``paper_n`` runs against ``n > paper_n`` seeds
    of ours: the statistic is computed on every ``paper_n``-subset of our seeds (every one of them
    when there are at most :data:`MAX_SUBSETS` = 200 000, eq. ``C(n, paper_n) ≤ 200 000``; else
@@ -93,10 +98,14 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    52 000 holds the paper's 13 450 and its double alike). The same holds for an ``"exact"``
    value whose tolerance window ``[p − tol, p + tol]`` holds ``p/2`` or ``2p`` (``tol ≥ |p|/2``: a
    reading bracketed between 0 and 10 000 printouts, ``p = 5 000 ± 5 000``): an agreement within
-   it is weak evidence. A paper's value of 0 has no half or double apart from itself, so rule 8
-   does not apply to it; a band around 0 is judged by rules 3, 4 and 7 alone. Rule 7 comes
-   first: a band that holds both the value to tell apart and half or double the paper's value is
-   inconclusive.
+   it is weak evidence. So is an agreement within a tolerance wider than :data:`EXACT_TOL_SHARE`
+   = 10 % of ``|p|`` (``15 000 ± 5 000``, a bracket of printouts; ``0.2 ± 0.05``, half a unit of a
+   one-digit print): 10 % is wider than half a unit of the last digit of any print with two
+   significant digits, so such a window pins fewer digits than that. A paper's value of 0
+   has no half or double apart from itself, so rule 8 does not apply to it (an exact 0 is
+   judged by its tolerance alone); a band around 0 is judged by rules 3, 4 and 7 alone. Rule 7
+   comes first: a band that holds both the value to tell apart and half or double the paper's
+   value is inconclusive.
    Too few runs: when rule 3, 4 or 6 would reproduce the paper's value from fewer than
    :data:`MIN_RUNS` = 19 runs (seeds) of ours, the agreement is **weak evidence**. The floor is
    a minimum sample size: from ``n = 19`` on, the whole range of ``n`` runs would be at least a
@@ -142,7 +151,8 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
 Worked cases (each pinned by ``tests/test_ledger.py``):
 
 * our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5: our 5th to 95th
-  percentiles are 11.35 and 17.65, so it is reproduced; 17.8 is not. Eight seeds 11, 12, ..., 18
+  percentiles are 11.35 and 17.65, so it is weak evidence (rule 3: one run is never reproduced);
+  17.8 is not reproduced. Eight seeds 11, 12, ..., 18
   have the same band, but are fewer than 19: 17.5 is only weak evidence (rule 8). Our 22 seeds
   from 1 to 8 (1.35 to 7.65) hold a paper's 7.5 too, but also its half, 3.75: weak evidence
   (rule 8).
@@ -167,9 +177,9 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
 * a paper's contrast (poisoned minus clean) of −0.04 from one run, against our 32 contrasts whose
   central 90 % runs from −0.05 to 0.44 and ``against=0``: both −0.04 and "no effect" lie in that
   band, so the entry is inconclusive (our 22 seeds from 11 to 18 with a paper's 17.5 and
-  ``against=12``: inconclusive; with ``against=10.5``: reproduced). Against our other arm's 22
-  seeds from 15 to 22 (central 90 % 15.35 to 21.65) the same 17.5 is inconclusive; against
-  22 seeds from 18.5 to 25.5 (18.85 to 25.15) it is reproduced.
+  ``against=12``: inconclusive; with ``against=10.5``: weak evidence, rule 3). Against our
+  other arm's 22 seeds from 15 to 22 (central 90 % 15.35 to 21.65) the same 17.5 is
+  inconclusive; against 22 seeds from 18.5 to 25.5 (18.85 to 25.15) it is weak evidence (rule 3).
 * a paper's range [4, 6] for a mean of 3 runs, our seeds 1, 3, 5, 7, 9 (one of five inside):
   of the ten means of 3 of our seeds, 3.0 to 7.0, six lie in [4, 6], 60 %: not reproduced; with
   our seeds 3, 4, 5, 6, 7 every mean of 3 (4.0 to 6.0) lies inside, but five seeds are fewer than
@@ -177,17 +187,20 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
   lie inside: reproduced, though only 60 % of the single seeds do.
 * a number the paper prints for a convex model, recomputed on a network outside that theorem's
   hypotheses: illustration.
-* an escape iteration the authors' plot shows between 500 and 800, read as ``650`` with
-  ``tol = 150`` (half the bracket), and our rebuild's 800, on the bracket's edge: reproduced when
-  the bracket was fixed before our runs were seen; weak evidence when the row says
-  :data:`SEEN_MARK` (rule 11); our 900 misses either way (not reproduced).
+* an escape iteration the authors' plot shows between 1 500 and 1 800, read as ``1 650`` with
+  ``tol = 150`` (half the bracket, 9 % of the value), and our rebuild's 1 800, on the bracket's
+  edge: reproduced when the bracket was fixed before our runs were seen; weak evidence when the
+  row says :data:`SEEN_MARK` (rule 11); our 1 900 misses either way (not reproduced). The same
+  reading of a plot showing 500 to 800 as ``650 ± 150`` (23 %) is weak evidence at best (rule 8).
+* an exact ``0.2 ± 0.05`` (25 % of the value) and ours 0.2: weak evidence (rule 8); ``0.2 ±
+  0.01`` and ours 0.21: reproduced.
 * our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5 under one reading
-  (reproduced) and 17.8 under another (not reproduced): inconclusive; under readings 17.5 and
-  12.0, both reproduced: reproduced. The same two readings 17.5 and 17.8 fixed after our runs
-  were seen (the row says :data:`SEEN_MARK`): not reproduced (rule 11), since the reading 17.5
-  (weak evidence by rule 11) cannot soften the miss of 17.8; with a ``reason``: differs. A
-  paper's "at most 10⁻⁵" against our runs from 1.5 × 10⁻⁵ to 3.1 × 10⁻⁵, read also as "below
-  10⁻⁴", both readings fixed after our runs were seen: not reproduced.
+  (weak evidence, rule 3) and 17.8 under another (not reproduced): inconclusive; under readings
+  17.5 and 12.0, both weak evidence: weak evidence. The same two readings 17.5 and 17.8 fixed
+  after our runs were seen (the row says :data:`SEEN_MARK`): not reproduced (rule 11), since
+  the reading 17.5 (weak evidence by rule 11) cannot soften the miss of 17.8; with a
+  ``reason``: differs. A paper's "at most 10⁻⁵" against our runs from 1.5 × 10⁻⁵ to 3.1 × 10⁻⁵,
+  read also as "below 10⁻⁴", both readings fixed after our runs were seen: not reproduced.
 
 Checks of a statement
 ---------------------
@@ -222,6 +235,7 @@ import json
 import math
 import os
 import re
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -261,6 +275,11 @@ LEVEL = 0.90
 #: n runs with probability 2/(n + 1), at most 1 - LEVEL only from n = 19 on. The rule's band (the
 #: interpolated percentiles, :func:`_band`) is narrower: see :func:`band_miss_share`.
 MIN_RUNS = 19
+#: Rule 8 for an exact value: an agreement within a tolerance wider than this share of the
+#: paper's value (non-zero) is weak evidence at most. Half a unit of the last digit of any print
+#: with two significant digits is at most 5 % of the value (0.5/10), so a wider window pins fewer
+#: digits than a two-digit print does.
+EXACT_TOL_SHARE = 0.10
 #: The words a record's ``note`` ends with when its status rests on a reading of the paper's words
 #: that the row states (e.g. "≲" read as "≤"): the Reproductions page names such rows beside its
 #: counts (:func:`page_markdown`), so a count is not read as resting on the numbers alone.
@@ -595,8 +614,9 @@ def _one_status(entry: dict) -> str:
             return "weak evidence"  # rule 8: too few runs of ours
     elif stat == "exact":
         agrees = abs(ours["value"] - paper) <= tol
-        if agrees and _too_wide([paper - tol, paper + tol], paper):
-            return "weak evidence"  # rule 8: a tolerance that spans half or double the value
+        if agrees and (_too_wide([paper - tol, paper + tol], paper) or _loose(tol, paper)):
+            return "weak evidence"  # rule 8: a tolerance that spans half or double the value,
+            # or wider than EXACT_TOL_SHARE of it
     elif _one_sided(stat, entry["paper_n"], ours):
         agrees = abs(_ours_statistic(stat, ours) - paper) <= tol
         return "weak evidence" if agrees else "inconclusive"
@@ -611,11 +631,19 @@ def _one_status(entry: dict) -> str:
             return "inconclusive"
         if agrees and (_too_wide(band, paper) or ours["n"] < MIN_RUNS):
             return "weak evidence"  # rule 8: a band too wide, or too few runs of ours
+        if agrees and stat == "single":
+            return "weak evidence"  # rule 3: one run of the paper's placed in our band
     if agrees:
         # rule 11: an agreement whose reading, bracket or tolerance was fixed after our runs were
         # seen is weak evidence at most
         return "weak evidence" if _not_blind(entry) else "reproduced"
     return "differs" if entry["reason"] is not None else "not reproduced"
+
+
+def _loose(tol: float, paper: float) -> bool:
+    """Rule 8 for an exact value: a tolerance wider than :data:`EXACT_TOL_SHARE` of ``|paper|``
+    (a paper's value of 0 has no scale, and is judged by its tolerance alone)."""
+    return paper != 0 and tol > EXACT_TOL_SHARE * abs(paper) * (1 + 1e-9)
 
 
 def _too_wide(band: list[float], paper: float) -> bool:
@@ -1486,6 +1514,17 @@ def _number(x: float, digits: int = 3) -> str:
     return typeset.number(x, f".{digits - 1}e")
 
 
+def _shifted_draw_inside(shift: float = 1.0) -> float:
+    """The probability that one draw of a normal distribution shifted by ``shift`` standard
+    deviations from ours lands in our central :data:`LEVEL` (rule 3's reason: one run placed in
+    our band has little power): ``Φ(z − shift) − Φ(−z − shift)``, ``z`` the upper (1 − LEVEL)/2
+    point."""
+    shift = _real(shift, "shift")
+    normal = statistics.NormalDist()
+    z = normal.inv_cdf(1 - (1 - LEVEL) / 2)
+    return normal.cdf(z - shift) - normal.cdf(-z - shift)
+
+
 def _share() -> str:
     """:data:`LEVEL` as the page writes it ("90 %")."""
     return f"{round(100 * LEVEL)}\u00a0%"
@@ -1695,7 +1734,9 @@ def rule_markdown() -> str:
         "the tolerance, and the row names it where it comes from a reading: half a unit of the "
         "last digit the paper prints, one pixel of the plot the value is read from (of the figure "
         "that shows it, for a value the paper shows only as a curve), or half the bracket that a "
-        "printout gives;",
+        "printout gives; a tolerance wider than "
+        f"{round(100 * EXACT_TOL_SHARE)}\u00a0% of the paper's value earns weak evidence at most "
+        "(below);",
         "  - a **rebuilt run** of the authors' is exact only as far as it is their run. First, "
         "precision: we rebuild in double precision runs that the authors made in single, so the "
         "tolerance must also cover the difference of precision. The last digit of a "
@@ -1739,9 +1780,6 @@ def rule_markdown() -> str:
         "(the kind of the paper's value, and whether the run is in the paper's setting): like "
         "the kind of the paper's value, they are the chapter's choices, stated in its rows; the "
         "build, which recomputes each status from what the chapter recorded, cannot verify them;",
-        "  - a paper's **one run** lies in the middle "
-        f"{share} of our single runs (between their {tail}th and {100 - tail}th "
-        "percentiles);",
         "  - a paper's **statistic** of *k* runs lies in the middle "
         f"{share} of the same statistic computed on every *k* of our seeds (all such subsets of "
         f"our seeds when there are at most {_number(MAX_SUBSETS)}, else {_number(MAX_SUBSETS)} of "
@@ -1760,7 +1798,7 @@ def rule_markdown() -> str:
         f"{share} reaches nearly from our smallest to our largest value, and a paper's value "
         "can lie inside it without any run of ours taking it (a count of 2 among counts of 1 and "
         "4): the row shows our values beside the band. For that reason a paper's value is "
-        f"reproduced this way (a run, a statistic or a range) only from at least {MIN_RUNS} runs "
+        f"reproduced this way (a statistic or a range) only from at least {MIN_RUNS} runs "
         "of ours; with fewer, an agreement is weak evidence (the floor guards agreements only: "
         "a miss from fewer runs still counts as a miss, which the row's run count shows). The "
         "floor counts the runs as the chapter records them: the rule cannot tell independent "
@@ -1783,21 +1821,30 @@ def rule_markdown() -> str:
         "(one run on each side, or as many seeds of ours as the paper's statistic used), and the "
         "two agree within the tolerance shown, or our one run lies in the paper's range; one run "
         "on each side says little (if they disagree, or our one run lies outside the range, the "
-        "entry is inconclusive). Also weak evidence: the paper's number lies in the middle "
+        "entry is inconclusive). Also weak evidence at most: a paper's **one run** that lies in "
+        f"the middle {share} of our single runs (between their {tail}th and {100 - tail}th "
+        "percentiles; outside, it is a miss), since one draw placed in a band has little power "
+        "to tell two distributions apart: one draw of a normal distribution shifted by a whole "
+        f"standard deviation from ours still lands in our middle {share} with probability "
+        f"{_shifted_draw_inside(1.0):.2f}. Also weak evidence: the paper's number lies in the "
+        "middle "
         f"{share} of ours, but that band is so wide that it also holds half or double the "
         "paper's number, so our runs cannot tell the paper's value from one twice as small or "
         f"twice as large, or the band comes from fewer than {MIN_RUNS} runs of ours (the range "
         "the paper states holds nine in ten of fewer than "
-        f"{MIN_RUNS} runs); likewise an exact value whose tolerance is at least half the paper's "
-        "value (a reading bracketed by printouts 0 and 10 000 as 5 000 ± 5 000). A paper's value "
-        "of 0 has no half or double apart from itself, so this test does not apply to it. "
+        f"{MIN_RUNS} runs); likewise an exact value whose tolerance is wider than "
+        f"{round(100 * EXACT_TOL_SHARE)}\u00a0% of the paper's value (a reading bracketed by "
+        "printouts 10 000 and 20 000 as 15 000 ± 5 000, or half a unit of a one-digit print, "
+        "0.2 ± 0.05): half a unit of the last digit of a print with two significant digits is "
+        f"at most 5\u00a0% of the value, so such a window pins fewer digits than that. A paper's "
+        "value of 0 has no such scale, so these tests do not apply to it. "
         "Weak evidence at most, too: any agreement (of an exact value, a run, a statistic or a "
         "range) whose reading of the authors' plot, bracket or tolerance was fixed after our runs"
         " were seen, which its row says (a blind reading keeps the status its numbers give; an "
-        "exact value read as 650 ± 150 from a plot that shows 500 to 800 and our 800, on the "
-        "bracket's edge, is reproduced when the bracket was fixed before our runs were seen and "
-        "weak evidence when it was fixed after); the counts below say how many weak-evidence "
-        "rows are so;",
+        "exact value read as 1 650 ± 150 from a plot that shows 1 500 to 1 800 and our 1 800, "
+        "on the bracket's edge, is reproduced when the bracket was fixed before our runs were "
+        "seen and weak evidence when it was fixed after); the counts below say how many "
+        "weak-evidence rows are so;",
         "- **inconclusive**: the paper's number lies in the middle "
         f"{share} of ours, but so does the value it has to be told apart from (no effect, for a "
         "contrast; the other arm's number, for one arm of a clean/poisoned pair), or the paper's "
