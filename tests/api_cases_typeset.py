@@ -47,6 +47,12 @@ def _oracle_range(result, low, high, spec="", separator=" to "):
         math.isclose(values[-1], expected[1], rel_tol=1e-12)
 
 
+def _oracle_round_up(result, value, digits=2):
+    """At least the value, by less than one unit of its last kept figure."""
+    unit = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return value * (1 - 1e-12) <= result < value + unit * (1 + 1e-9)
+
+
 def _figure() -> object:
     from matplotlib.figure import Figure
 
@@ -74,5 +80,7 @@ def cases() -> list[Case]:
         Case("book.typeset.column", typeset.column,
              [P("values", [0.00127, 12.5, None, "x"], "object"), P("digits", 3, "int")],
              oracle=_oracle_column),
+        Case("book.typeset.round_up", typeset.round_up,
+             [P("value", 0.0123, "float"), P("digits", 2, "int")], oracle=_oracle_round_up),
         Case("book.viz.figure_png", _figure_png, [P("fig", _figure(), "object")], examples=4),
     ]

@@ -58,3 +58,20 @@ def test_column_digits_follow_each_number():
     assert typeset.column([1.0, 10.0, 0.0]) == ["1", "10", "0"]
     # strings follow the same convention as glued text
     assert typeset.column(["23,500 at -0.4"]) == ["23\u00a0500 at \u22120.4"]
+
+
+@pytest.mark.parametrize(("value", "digits", "expected"), [
+    (0.0123, 2, 0.013), (0.0123, 1, 0.02), (1.1, 2, 1.1), (0.3, 1, 0.3), (9.99, 1, 10.0),
+    (1234.0, 2, 1300.0), (7.2e-13, 1, 8e-13), (5.0, 1, 5.0),
+])
+def test_round_up_keeps_an_at_most_true(value, digits, expected):
+    result = typeset.round_up(value, digits)
+    # the written form is exact: compare the decimal text, not binary arithmetic on it
+    assert repr(result) == repr(expected)
+    assert result >= value * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf"), "1", True])
+def test_round_up_rejects_what_is_not_a_positive_number(value):
+    with pytest.raises(ValueError, match="value"):
+        typeset.round_up(value)

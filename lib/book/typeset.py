@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lib.engine.validation import describe
+from lib.engine.validation import as_int, describe
 
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 NBSP = "\u00a0"
@@ -196,6 +196,27 @@ def collapse_ranges(text: str) -> str:
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {describe(text)}")
     return _DEGENERATE.sub(r"\1", text)
+
+
+def round_up(value, digits: int = 2) -> float:
+    """The smallest number of ``digits`` significant figures that is at least ``value`` > 0:
+    ``⌈value / 10^e⌉ · 10^e`` with ``e = ⌊log10 value⌋ − digits + 1``, so that a printed "at most"
+    stays true (``0.0123`` becomes ``0.013`` at two digits, ``0.02`` at one).
+
+    A quotient within 10⁻⁹ of a whole number is taken as that number, so that a value that is
+    already of ``digits`` figures (``1.1``, stored as 1.1000000000000000888) is not pushed up a
+    unit by the rounding of its binary form. Only positive finite values: the bounds it serves are
+    of positive quantities (a loss, an error, a distance).
+    """
+    value = _as_real(value, "value")
+    digits = as_int(digits, "digits", minimum=1, maximum=15)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"value must be positive and finite to be rounded up, got {value!r}")
+    exponent = math.floor(math.log10(value)) - digits + 1
+    quotient = value / 10.0**exponent
+    whole = round(quotient)
+    count = whole if abs(quotient - whole) <= 1e-9 * quotient else math.ceil(quotient)
+    return float(f"{count}e{exponent}")
 
 
 def number_range(low, high, spec: str = "", separator: str = " to ") -> str:
