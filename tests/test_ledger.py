@@ -57,27 +57,31 @@ def _brute_rank_and_band(values, k, stat, x):
 # 22 seeds evenly spaced from 11 to 18: their q-th quantile is 11 + 7 q, so their central 90 % is
 # 11.35 to 17.65, as for the eight seeds 11, 12, ..., 18 (module docstring)
 EVEN_11_18 = np.linspace(11.0, 18.0, 22)
+# the central 90 % of their means of 4 is 12.92 to 16.08 (all 7 315 subsets): a paper's mean of 4
+# inside it and one outside it, for the cases that need a reproduction and a miss
+MEAN_IN, MEAN_OUT = 15.5, 16.5
 
 
 def test_a_single_run_of_the_paper_is_placed_in_the_central_90_percent_of_our_seeds(chapter):
     seeds = EVEN_11_18  # 5th and 95th percentiles 11.35 and 17.65 (module docstring)
     # rule 3: one run of the paper's inside our central 90 % is weak evidence at most
     assert _rec("inside", 17.5, seeds, "single") == "weak evidence"
-    assert _rec("outside", 17.8, seeds, "single") == "not reproduced"
-    assert _rec("low", 11.3, seeds, "single") == "not reproduced"
+    # and one outside it is inconclusive, not a miss, with or without a reason (rule 3)
+    assert _rec("outside", 17.8, seeds, "single") == "inconclusive"
+    assert _rec("low", 11.3, seeds, "single") == "inconclusive"
     assert _rec("explained", 17.8, seeds, "single", reason="our seeds",
-                explain="why") == "differs"
+                explain="why") == "inconclusive"
     entry = _entries(chapter)["inside"]
     assert entry["band"] == pytest.approx([11.35, 17.65])
     assert entry["ours"]["n"] == 22 and entry["ours"]["median"] == pytest.approx(14.5)
     # 20 of the 22 (11 + 7 i / 21 for i <= 19) lie below 17.5, none equal to it
     assert entry["ours"]["mean"] == pytest.approx(14.5) and entry["rank"] == pytest.approx(20 / 22)
     # the eight seeds 11, ..., 18 have the same band, but fewer than MIN_RUNS = 19 runs: a value
-    # inside it is weak evidence (rule 8), a value outside it still a miss
+    # inside it is weak evidence (rule 8), a value outside it inconclusive (rule 3)
     assert ledger.MIN_RUNS == 19
     assert _rec("few", 17.5, np.arange(11.0, 19.0), "single") == "weak evidence"
     assert _entries(chapter)["few"]["band"] == pytest.approx([11.35, 17.65])
-    assert _rec("few-out", 17.8, np.arange(11.0, 19.0), "single") == "not reproduced"
+    assert _rec("few-out", 17.8, np.arange(11.0, 19.0), "single") == "inconclusive"
     # the floor on a range (a single run inside our band is weak evidence at most, rule 3)
     assert _rec("at-floor", (10.0, 19.0), np.linspace(11.0, 18.0, 19), "interval") == "reproduced"
     assert _rec("below-floor", (10.0, 19.0), np.linspace(11.0, 18.0, 18),
@@ -87,13 +91,16 @@ def test_a_single_run_of_the_paper_is_placed_in_the_central_90_percent_of_our_se
 
 def test_one_run_placed_in_our_band_and_a_loose_exact_window_are_weak_evidence_at_most(chapter):
     """Rule 3: one run of the paper's inside the central 90 % of 22 seeds from 11 to 18 (11.35 to
-    17.65) is weak evidence, not reproduced; outside it, still a miss. Rule 8 for an exact value:
-    a tolerance wider than 10 % of the value is weak evidence at most (0.2 ± 0.05, 25 %); 0.2 ±
-    0.01 (5 %) and 0.1 ± 0.01 (10 %, not wider) stay reproduced; a miss stays a miss; a value of
-    0 is judged by its tolerance alone."""
+    17.65) is weak evidence, not reproduced; outside it, inconclusive, not a miss. Rule 8 for an
+    exact value: a tolerance wider than 10 % of the value is weak evidence at most (0.2 ± 0.05,
+    25 %); 0.2 ± 0.01 (5 %) and 0.1 ± 0.01 (10 %, not wider) stay reproduced; a miss stays a
+    miss; a value of 0 is judged by its tolerance alone."""
     assert ledger.EXACT_TOL_SHARE == 0.10
     assert _rec("one-in", 17.5, EVEN_11_18, "single") == "weak evidence"
-    assert _rec("one-out", 17.8, EVEN_11_18, "single") == "not reproduced"
+    assert _rec("one-out", 17.8, EVEN_11_18, "single") == "inconclusive"
+    # the same 22 seeds against a paper's mean of 4: the band of our means of 4 is 12.92 to 16.08,
+    # and a mean outside it is a miss
+    assert _rec("mean-out", MEAN_OUT, EVEN_11_18, "mean", paper_n=4) == "not reproduced"
     assert _rec("loose", 0.2, 0.2, "exact", tol=0.05) == "weak evidence"
     assert _rec("loose-miss", 0.2, 0.3, "exact", tol=0.05) == "not reproduced"
     assert _rec("tight", 0.2, 0.21, "exact", tol=0.01) == "reproduced"
@@ -197,15 +204,17 @@ def test_one_run_on_each_side_is_at_best_weak_evidence(chapter):
 def test_a_band_that_also_holds_the_contrasted_value_is_inconclusive(chapter):
     """Rule 7: the paper's run 17.5 lies in the central 90 % of our seeds 11..18 (22 evenly
     spaced, 11.35 to 17.65); so does 12, the value it must be told apart from, so our runs cannot
-    tell the two apart. 10.5 lies outside that band: the paper's 17.5 is then reproduced. A
-    paper's value outside the band is not reproduced whatever ``against`` is. Rule 7 comes before
+    tell the two apart. 10.5 lies outside that band: the paper's 17.5 is then weak evidence (one
+    run, rule 3). A paper's value outside the band is inconclusive for one run, not reproduced
+    for a mean of 4, whatever ``against`` is. Rule 7 comes before
     the floor of rule 8: with eight seeds 11, ..., 18 it is inconclusive too."""
     seeds = list(EVEN_11_18)
     assert _rec("contrast-in", 17.5, seeds, "single", against=12.0) == "inconclusive"
     assert _rec("contrast-in-few", 17.5, np.arange(11.0, 19.0), "single",
                 against=12.0) == "inconclusive"
     assert _rec("contrast-out", 17.5, seeds, "single", against=10.5) == "weak evidence"
-    assert _rec("paper-out", 17.8, seeds, "single", against=12.0) == "not reproduced"
+    assert _rec("paper-out", 17.8, seeds, "single", against=12.0) == "inconclusive"
+    assert _rec("mean-out", MEAN_OUT, seeds, "mean", paper_n=4, against=12.0) == "not reproduced"
     # the same rule for a statistic of k runs: every mean of 4 of our seeds lies in [11.5, 17.5]
     assert _rec("mean-in", 14.5, seeds, "mean", paper_n=4, against=14.0) == "inconclusive"
     assert ledger.verdict("contrast-in") == "inconclusive"
@@ -228,7 +237,9 @@ def test_a_paper_number_our_other_arm_reproduces_as_well_is_inconclusive(chapter
     seeds = EVEN_11_18
     assert _rec("both", 17.5, seeds, "single", against=EVEN_11_18 + 4) == "inconclusive"
     assert _rec("apart", 17.5, seeds, "single", against=EVEN_11_18 + 7.5) == "weak evidence"
-    assert _rec("miss", 17.8, seeds, "single", against=EVEN_11_18 + 4) == "not reproduced"
+    assert _rec("miss", 17.8, seeds, "single", against=EVEN_11_18 + 4) == "inconclusive"
+    assert _rec("mean-miss", MEAN_OUT, seeds, "mean", paper_n=4,
+                against=EVEN_11_18 + 2) == "not reproduced"
     # a mean of 4: the other arm's means of 4 are ours shifted by 2
     low, high = _brute_rank_and_band(seeds, 4, "mean", 13.5)[1]
     assert low < 13.5 < low + 2 < 15.5 < high  # 13.5 only in ours, 15.5 in both
@@ -279,7 +290,7 @@ def test_a_tally_tells_an_exact_match_from_one_run_placed_among_ours(chapter):
     _rec("t-single", 17.5, seeds, "single")
     _rec("t-mean", 14.5, seeds, "mean", paper_n=4)
     _rec("t-one", 0.3, 0.31, "single", tol=0.02)
-    _rec("t-miss", 17.8, seeds, "single")
+    _rec("t-miss", MEAN_OUT, seeds, "mean", paper_n=4)
     text = ledger.tally(ledger.recorded("t-exact", "t-single", "t-mean", "t-one", "t-miss"))
     assert text == ("5 entries: 2 reproduced (1 exact, 1 a statistic of the paper's runs among "
                     "ours), 2 weak evidence, 1 not reproduced")
@@ -574,7 +585,7 @@ def test_perturbing_one_seed_fails_the_check_and_names_the_entry(chapter):
 def test_a_changed_status_statistic_and_a_missing_entry_are_named(chapter):
     committed = {c: d["entries"] for c, d in _run(chapter, TWENTY_AROUND_02).items()}
     problems = ledger.compare(_run(chapter, [0.5, 0.6, 0.7]), committed)
-    assert any("changed status: weak evidence -> not reproduced" in line for line in problems)
+    assert any("changed status: weak evidence -> inconclusive" in line for line in problems)
     problems = ledger.compare(_run(chapter, TWENTY_AROUND_02, "mean", paper_n=2), committed)
     assert any("paper_stat changed from 'single' to 'mean'" in line for line in problems)
     ledger.start("some-chapter")
@@ -839,11 +850,12 @@ def test_the_page_says_when_no_number_is_split(chapter):
 
 
 def test_the_count_lines_give_the_misses_in_all_beside_the_differences(chapter):
-    seeds = EVEN_11_18  # central 90 %: 11.35 to 17.65
+    seeds = EVEN_11_18  # central 90 % of their means of 4: 12.92 to 16.08
     _rec("hit", 14.5, seeds, "mean", paper_n=4)
-    _rec("explained", 17.8, seeds, "single", reason="our seeds", explain="sec-seeds")
-    _rec("explained-too", 10.0, seeds, "single", reason="our seeds", explain="sec-seeds")
-    _rec("unexplained", 20.0, seeds, "single")
+    _rec("explained", MEAN_OUT, seeds, "mean", paper_n=4, reason="our seeds", explain="sec-seeds")
+    _rec("explained-too", 12.0, seeds, "mean", paper_n=4, reason="our seeds",
+         explain="sec-seeds")
+    _rec("unexplained", 17.0, seeds, "mean", paper_n=4)
     entries = _entries(chapter)
     assert [e["status"] for e in entries.values()] == [
         "reproduced", "differs", "differs", "not reproduced"]
@@ -1040,7 +1052,7 @@ def test_a_statistic_on_a_grid_is_banded_by_values_a_run_can_give(chapter):
     order statistics, [2, 10], which holds the paper's 10 and, here, the null 2 as well."""
     thresholds = [2.0] * 20 + [4.0] * 6 + [8.0] * 4 + [10.0] * 2
     linear = _rec("linear", 10.0, thresholds, "single", against=2.0)
-    assert linear == "not reproduced"  # 10 above the interpolated 8.9
+    assert linear == "inconclusive"  # one run, above the interpolated 8.9 (rule 3)
     on_grid = _rec("grid", 10.0, thresholds, "single", against=2.0, grid=True)
     entries = _entries(chapter)
     assert entries["linear"]["band"] == pytest.approx([2.0, 8.9])
@@ -1162,14 +1174,15 @@ def test_readings_that_agree_keep_their_status(chapter):
 
 
 def test_readings_that_disagree_are_inconclusive(chapter):
-    """17.5 inside 11.35..17.65 (reproduced), 17.8 outside with a reason (differs): inconclusive;
-    both outside (differs and differs): differs; a reading that replaces ours instead (the same
-    17.5 against seeds 18.5..25.5, central 90 % 18.85..25.15): inconclusive."""
+    """A mean of 4 read as 15.5, inside our means' 12.92..16.08 (reproduced), or as 16.5, outside
+    with a reason (differs): inconclusive; both outside (differs and differs): differs; a reading
+    that replaces ours instead (a single run 17.5 against seeds 18.5..25.5, central 90 %
+    18.85..25.15: weak evidence and inconclusive): inconclusive."""
     why = {"reason": "r", "explain": "s"}
-    assert _rec("a", 17.5, EVEN_11_18, "single", note=READ, **why,
-                readings=[{"reading": "17.8", "paper_value": 17.8}]) == "inconclusive"
-    assert _rec("b", 17.8, EVEN_11_18, "single", note=READ, **why,
-                readings=[{"reading": "19", "paper_value": 19.0}]) == "differs"
+    assert _rec("a", MEAN_IN, EVEN_11_18, "mean", paper_n=4, note=READ, **why,
+                readings=[{"reading": "16.5", "paper_value": MEAN_OUT}]) == "inconclusive"
+    assert _rec("b", MEAN_OUT, EVEN_11_18, "mean", paper_n=4, note=READ, **why,
+                readings=[{"reading": "17", "paper_value": 17.0}]) == "differs"
     assert _rec("c", 17.5, EVEN_11_18, "single", note=READ, **why,
                 readings=[{"reading": "a looser cut",
                            "ours": np.linspace(18.5, 25.5, 22)}]) == "inconclusive"
@@ -1181,7 +1194,7 @@ def test_readings_that_disagree_are_inconclusive(chapter):
     assert ledger.rule_problems({"c": {"a": forged}})
     # and a moved number inside a reading is a change compare() names
     moved = json.loads(json.dumps(entries["a"]))
-    moved["readings"][0]["paper_value"] = 17.9
+    moved["readings"][0]["paper_value"] = 16.6
     fresh = {"c": {"chapter": "c", "scale": "fast", "entries": {"a": moved}}}
     assert any("readings" in p for p in ledger.compare(fresh, {"c": {"a": entries["a"]}}))
 
@@ -1199,17 +1212,23 @@ SEEN = "both readings were fixed " + ledger.SEEN_MARK + ", and " + ledger.READIN
 
 
 def test_readings_fixed_after_our_runs_were_seen_soften_no_miss(chapter):
-    """Rule 11's counterpart: the readings 17.5 (in 11.35..17.65, weak evidence by rule 11) and
-    17.8 (outside) of a row that says SEEN_MARK give not reproduced, differs with a reason, in
+    """Rule 11's counterpart: the readings 15.5 of a mean of 4 (in our means' 12.92..16.08, weak
+    evidence by rule 11) and 16.5 (outside) of a row that says SEEN_MARK give not reproduced,
+    differs with a reason, in
     either order; the same readings fixed blind stay inconclusive (rule 10). The worked case of
     the module docstring: "at most 10⁻⁵" against 20 runs from 1.5e-5 to 3.1e-5, also read as
     "below 10⁻⁴", both fixed after our runs were seen: not reproduced. Readings that split
     without a miss (weak evidence and inconclusive) stay inconclusive."""
-    assert _rec("seen", 17.5, EVEN_11_18, "single", note=SEEN,
-                readings=[{"reading": "17.8", "paper_value": 17.8}]) == "not reproduced"
-    assert _rec("seen-why", 17.8, EVEN_11_18, "single", note=SEEN, reason="r", explain="s",
-                readings=[{"reading": "17.5", "paper_value": 17.5}]) == "differs"
-    assert _rec("blind", 17.5, EVEN_11_18, "single", note=READ,
+    four = {"paper_stat": "mean", "paper_n": 4}
+    assert _rec("seen", MEAN_IN, EVEN_11_18, note=SEEN, **four,
+                readings=[{"reading": "16.5", "paper_value": MEAN_OUT}]) == "not reproduced"
+    assert _rec("seen-why", MEAN_OUT, EVEN_11_18, note=SEEN, reason="r", explain="s", **four,
+                readings=[{"reading": "15.5", "paper_value": MEAN_IN}]) == "differs"
+    assert _rec("blind", MEAN_IN, EVEN_11_18, note=READ, **four,
+                readings=[{"reading": "16.5", "paper_value": MEAN_OUT}]) == "inconclusive"
+    # one run of the paper's under two readings fixed after our runs were seen, one inside our
+    # band and one outside: weak evidence and inconclusive, no miss to keep (rule 3)
+    assert _rec("seen-single", 17.5, EVEN_11_18, "single", note=SEEN,
                 readings=[{"reading": "17.8", "paper_value": 17.8}]) == "inconclusive"
     assert _rec("loss", (None, 1e-5), np.linspace(1.5e-5, 3.1e-5, 20), "interval", note=SEEN,
                 readings=[{"reading": "below 10⁻⁴", "paper_value": (None, 1e-4)}]) \

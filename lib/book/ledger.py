@@ -61,7 +61,12 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    little power to tell two distributions apart: one draw of a normal distribution shifted by one
    standard deviation from ours still lands in our central 90 % with probability
    ``Φ(z − 1) − Φ(−z − 1) = 0.74`` (``z = 1.645``; :func:`_shifted_draw_inside`). Outside the
-   band it is a miss (rule 9).
+   band it is **inconclusive**, not a miss, for the same reason seen from the other side: a run of
+   our own distribution lands outside our band with probability :func:`band_miss_share` ``(n)``,
+   more than 10 % at every ``n``, and outside the whole range of our ``n`` runs with probability
+   ``2/(n + 1)``, more than 5 % for every ``n < 39``; one run of the paper's can neither reproduce
+   our runs nor, alone, refute them: rule 5's two outcomes, where a spread of ours is there but
+   the paper's side is still one draw.
 4. ``"mean"``/``"median"``/``"max"``/``"min"`` of ``paper_n`` runs against ``n > paper_n`` seeds
    of ours: the statistic is computed on every ``paper_n``-subset of our seeds (every one of them
    when there are at most :data:`MAX_SUBSETS` = 200 000, eq. ``C(n, paper_n) ≤ 200 000``; else
@@ -152,7 +157,7 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
 
 * our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5: our 5th to 95th
   percentiles are 11.35 and 17.65, so it is weak evidence (rule 3: one run is never reproduced);
-  17.8 is not reproduced. Eight seeds 11, 12, ..., 18
+  17.8 is inconclusive (rule 3: one run is never a miss either). Eight seeds 11, 12, ..., 18
   have the same band, but are fewer than 19: 17.5 is only weak evidence (rule 8). Our 22 seeds
   from 1 to 8 (1.35 to 7.65) hold a paper's 7.5 too, but also its half, 3.75: weak evidence
   (rule 8).
@@ -195,11 +200,12 @@ Worked cases (each pinned by ``tests/test_ledger.py``):
 * an exact ``0.2 ± 0.05`` (25 % of the value) and ours 0.2: weak evidence (rule 8); ``0.2 ±
   0.01`` and ours 0.21: reproduced.
 * our 22 seeds evenly spaced from 11 to 18 and a paper's single run 17.5 under one reading
-  (weak evidence, rule 3) and 17.8 under another (not reproduced): inconclusive; under readings
-  17.5 and 12.0, both weak evidence: weak evidence. The same two readings 17.5 and 17.8 fixed
-  after our runs were seen (the row says :data:`SEEN_MARK`): not reproduced (rule 11), since
-  the reading 17.5 (weak evidence by rule 11) cannot soften the miss of 17.8; with a
-  ``reason``: differs. A paper's "at most 10⁻⁵" against our runs from 1.5 × 10⁻⁵ to 3.1 × 10⁻⁵,
+  and 12.0 under another, both weak evidence (rule 3): weak evidence. Against the central 90 %
+  of the means of 4 of those seeds, 12.92 to 16.08, a paper's mean of 4 read as 15.5
+  (reproduced) and as 16.5 (not reproduced): inconclusive; the same two readings fixed after
+  our runs were seen (the row says :data:`SEEN_MARK`): not reproduced (rule 11), since the
+  reading 15.5 (weak evidence by rule 11) cannot soften the miss of 16.5; with a ``reason``:
+  differs. A paper's "at most 10⁻⁵" against our runs from 1.5 × 10⁻⁵ to 3.1 × 10⁻⁵,
   read also as "below 10⁻⁴", both readings fixed after our runs were seen: not reproduced.
 
 Checks of a statement
@@ -631,8 +637,10 @@ def _one_status(entry: dict) -> str:
             return "inconclusive"
         if agrees and (_too_wide(band, paper) or ours["n"] < MIN_RUNS):
             return "weak evidence"  # rule 8: a band too wide, or too few runs of ours
-        if agrees and stat == "single":
-            return "weak evidence"  # rule 3: one run of the paper's placed in our band
+        if stat == "single":
+            # rule 3: one run of the paper's placed in our band is weak evidence at most, and one
+            # outside it is inconclusive, not a miss
+            return "weak evidence" if agrees else "inconclusive"
     if agrees:
         # rule 11: an agreement whose reading, bracket or tolerance was fixed after our runs were
         # seen is weak evidence at most
@@ -1823,7 +1831,7 @@ def rule_markdown() -> str:
         "on each side says little (if they disagree, or our one run lies outside the range, the "
         "entry is inconclusive). Also weak evidence at most: a paper's **one run** that lies in "
         f"the middle {share} of our single runs (between their {tail}th and {100 - tail}th "
-        "percentiles; outside, it is a miss), since one draw placed in a band has little power "
+        "percentiles), since one draw placed in a band has little power "
         "to tell two distributions apart: one draw of a normal distribution shifted by a whole "
         f"standard deviation from ours still lands in our middle {share} with probability "
         f"{_shifted_draw_inside(1.0):.2f}. Also weak evidence: the paper's number lies in the "
@@ -1850,7 +1858,12 @@ def rule_markdown() -> str:
         "contrast; the other arm's number, for one arm of a clean/poisoned pair), or the paper's "
         f"number lies just as well in the middle {share} of our other arm (our clean runs would "
         "reproduce the paper's poisoned number too), or one run of "
-        "ours misses a random number of the paper: our runs cannot decide, so this is neither a "
+        "ours misses a random number of the paper, or a paper's **one run** lies outside the "
+        f"middle {share} of our single runs (a run of our own distribution lands there with "
+        f"probability {_percent(band_miss_share(30))} at *n* = 30 runs of ours, and outside the "
+        "whole range of *n* runs with probability 2/(*n* + 1), more than 5 % below *n* = "
+        "39: one draw can no more refute our runs than reproduce them): "
+        "our runs cannot decide, so this is neither a "
         "reproduction nor a difference (where a band both holds the value to tell apart and is "
         "too wide, inconclusive takes precedence over weak evidence);",
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
