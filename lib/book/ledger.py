@@ -105,8 +105,10 @@ values, numpy's ``inverted_cdf``, so that the band holds only values a run can g
    reading bracketed between 0 and 10 000 printouts, ``p = 5 000 ± 5 000``): an agreement within
    it is weak evidence. So is an agreement within a tolerance wider than :data:`EXACT_TOL_SHARE`
    = 10 % of ``|p|`` (``15 000 ± 5 000``, a bracket of printouts; ``0.2 ± 0.05``, half a unit of a
-   one-digit print): 10 % is wider than half a unit of the last digit of any print with two
-   significant digits, so such a window pins fewer digits than that. A paper's value of 0
+   one-digit print). The boundary is a share of the value, not a count of digits: half a unit
+   of the last digit is at most 5 % of the value for a print with two significant digits, and
+   from 5.6 % to 10 % for a one-digit print whose digit is 5 to 9 (``0.5 ± 0.05`` is exactly
+   10 %, accepted), but 12.5 % to 50 % for a one-digit print 1 to 4 (refused). A paper's value of 0
    has no half or double apart from itself, so rule 8 does not apply to it (an exact 0 is
    judged by its tolerance alone); a band around 0 is judged by rules 3, 4 and 7 alone. Rule 7
    comes first: a band that holds both the value to tell apart and half or double the paper's
@@ -282,9 +284,9 @@ LEVEL = 0.90
 #: interpolated percentiles, :func:`_band`) is narrower: see :func:`band_miss_share`.
 MIN_RUNS = 19
 #: Rule 8 for an exact value: an agreement within a tolerance wider than this share of the
-#: paper's value (non-zero) is weak evidence at most. Half a unit of the last digit of any print
-#: with two significant digits is at most 5 % of the value (0.5/10), so a wider window pins fewer
-#: digits than a two-digit print does.
+#: paper's value (non-zero) is weak evidence at most. A share, not a count of digits: half a unit
+#: of the last digit of a print with two significant digits is at most 5 % of the value (0.5/10),
+#: of a one-digit print 5 to 9 from 5.6 % to 10 % (accepted), of one 1 to 4 from 12.5 % to 50 %.
 EXACT_TOL_SHARE = 0.10
 #: The words a record's ``note`` ends with when its status rests on a reading of the paper's words
 #: that the row states (e.g. "≲" read as "≤"): the Reproductions page names such rows beside its
@@ -1843,8 +1845,10 @@ def rule_markdown() -> str:
         f"{MIN_RUNS} runs); likewise an exact value whose tolerance is wider than "
         f"{round(100 * EXACT_TOL_SHARE)}\u00a0% of the paper's value (a reading bracketed by "
         "printouts 10 000 and 20 000 as 15 000 ± 5 000, or half a unit of a one-digit print, "
-        "0.2 ± 0.05): half a unit of the last digit of a print with two significant digits is "
-        f"at most 5\u00a0% of the value, so such a window pins fewer digits than that. A paper's "
+        "0.2 ± 0.05). The boundary is a share of the value, not a count of digits: half a unit "
+        "of the last digit of a print with two significant digits is at most 5\u00a0% of the "
+        "value, of a one-digit print 5 to 9 from 5.6 to 10\u00a0% (0.5 ± 0.05 is accepted), of "
+        "a one-digit print 1 to 4 from 12.5 to 50\u00a0% (refused). A paper's "
         "value of 0 has no such scale, so these tests do not apply to it. "
         "Weak evidence at most, too: any agreement (of an exact value, a run, a statistic or a "
         "range) whose reading of the authors' plot, bracket or tolerance was fixed after our runs"
