@@ -1640,7 +1640,8 @@ def _compared_text(entry: dict) -> str:
         return f"{ours_is} within ± {_number(tol)}; no spread of ours"
     low, high = entry["band"]
     if stat == "single":
-        what = "our single seeds"
+        # One value per run, per teacher or per set of seeds, as the row's item says.
+        what = f"our {ours['n']:,} values of the same statistic"
     else:
         how = (f"all {entry['subsets']:,}" if entry["enumerated"]
                else f"{entry['subsets']:,} random")
