@@ -260,7 +260,7 @@ def test_wilson_interval():
         gm.wilson_interval(9, 8)
 
 
-def test_wilson_by_target_is_conservative():
+def test_wilson_by_target_is_wider_than_counting_pairs():
     # 3 targets × 2 seeds: target 0 flipped by both seeds, target 1 by one, target 2 by none
     success = [1, 1, 1, 0, 0, 0]
     lo, hi = gm.wilson_by_target(success, 2)
