@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import tasks as taskrun  # noqa: E402
 
+from lib.book.machine import SAME_MACHINE  # noqa: E402
 from lib.book.results import _plain, environment, load_results, results_path, save_results  # noqa: E402
 
 PREFIX = "reproduce_"
@@ -70,8 +71,7 @@ CHECK_ATOL = 1e-9
 #: ends at a loss of 3.3e-16 in the file written on 2026-11-26 and 1.9e-7 here, with the same fit
 #: step, the same code and the same libraries. There the check reports the difference and passes;
 #: `make reproduce` on the machine makes it strict again. Digests and derived numbers are strict
-#: everywhere.
-SAME_MACHINE = ("cpu", "numpy", "torch", "numba")
+#: everywhere. The fields are lib.book.machine.SAME_MACHINE (the CPU's features among them).
 
 
 def chapters() -> list[str]:

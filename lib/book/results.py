@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lib.book.machine import SAME_MACHINE, cpu_model, environment, same_machine  # noqa: F401
 from lib.engine.validation import describe, as_positive_float
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "book" / "results"
 _CHAPTER = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_PACKAGES = ("numpy", "scipy", "torch", "numba")
 
 
 def _check_chapter(chapter) -> str:
@@ -61,32 +61,6 @@ def _plain(value):
     raise ValueError(
         f"results must be numbers, strings, lists or dicts, got {type(value).__name__}"
     )
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform module reports."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment() -> dict[str, str]:
-    """Python and library versions and the CPU's model, for the record: two machines that agree
-    on all of them run the same floating-point operations in the same order (numba compiles for
-    the CPU it runs on)."""
-    versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:  # pragma: no cover - all are dependencies
-            versions[name] = "not installed"
-    versions["cpu"] = cpu_model()
-    return versions
 
 
 def save_results(
