@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from api_cases import Arg, Case, axes, same
 
-from lib.book import data, results, viz
+from lib.book import data, machine, results, viz
 from lib.poisoning import gradient_matching as gm
 from lib.poisoning import mlp_victim
 from lib.ssm import _s4d_kernels as s4d_ops
@@ -739,6 +739,8 @@ def _results_cases() -> list[Case]:
             ],
         ),
         Case("book.results.glue", _glue, [P("name", "x", "text"), P("value", 0.5, "float")]),
+        Case("book.machine.same_machine", machine.same_machine,
+             [P("recorded", machine.environment(), "object")]),
         Case(
             "book.results.load_results",
             _in_tmp_results(results.load_results),

@@ -92,3 +92,24 @@ def test_a_corrupt_results_file_is_named(tmp_results):
     (tmp_results / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match="broken.json is not a results file"):
         results.load_results("broken")
+
+
+def test_the_machine_is_told_by_its_features_as_well_as_its_model():
+    from lib.book import machine
+
+    here = machine.environment()
+    assert set(machine.SAME_MACHINE) <= set(here)
+    target, widest = here["cpu_features"].rsplit(", ", 1)
+    assert target and widest in {"avx512", "avx2", "avx", "sse2", "unknown vector set"}
+    assert machine.same_machine(here)
+    # the same model name with other features, or a record from before features were recorded
+    assert not machine.same_machine({**here, "cpu_features": "another target, avx512"})
+    assert not machine.same_machine({k: v for k, v in here.items() if k != "cpu_features"})
+
+
+@pytest.mark.parametrize("recorded", [None, "AMD EPYC", ["cpu"]])
+def test_same_machine_rejects_what_is_not_an_environment(recorded):
+    from lib.book import machine
+
+    with pytest.raises(ValueError, match="environment"):
+        machine.same_machine(recorded)

@@ -84,7 +84,8 @@ def same_machine(recorded) -> bool:
     ledger) names this machine: the same :data:`SAME_MACHINE` fields. A record that lacks one was
     written elsewhere, or before the field was recorded."""
     if not isinstance(recorded, dict):
-        raise ValueError(f"recorded must be the dict environment() returns, got {describe(recorded)}")
+        raise ValueError(
+            f"recorded must be the dict environment() returns, got {describe(recorded)}")
     here = environment()
     return all(recorded.get(key) == here[key] for key in SAME_MACHINE)
 
