@@ -327,7 +327,7 @@ COMPARE_ATOL = 1e-12
 #: again.
 #: Measured again on 2026-12-01: an "AMD EPYC" host with AVX2 and no AVX-512 against the ledger an
 #: "AMD EPYC" had written moved 66 numbers of 6 chapters (no status), though the model names
-#: agree; the machine is therefore also told by its features (lib.book.results.cpu_features).
+#: agree; the machine is therefore also told by its features (lib.book.machine.cpu_features).
 SAME_MACHINE = _machine.SAME_MACHINE
 #: The key of the committed ledger file that records the machine it was written on.
 MACHINE_KEY = "_machine"

@@ -18,16 +18,21 @@ from lib.engine.validation import describe
 _PACKAGES = ("numpy", "scipy", "torch", "numba")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform module reports."""
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line of Linux's /proc/cpuinfo, after its colon (None elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform module reports."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_features() -> str:
@@ -35,8 +40,9 @@ def cpu_features() -> str:
     CPU that LLVM (numba's compiler) targets on this host and the widest vector instruction set
     it offers (OpenBLAS and torch choose their kernels by it), e.g. ``"znver3, avx2"``.
 
-    The model name alone does not tell two machines apart: two hosts that both report "AMD EPYC",
-    one with AVX-512 and one without, ran the same Adam trainings to errors 2.6e-3 apart.
+    The model name alone does not tell two machines apart: a host reporting "AMD EPYC" (znver3,
+    AVX2, no AVX-512) moved 66 numbers of a ledger that another "AMD EPYC" host had written
+    (measured 2026-12-01).
     """
     try:
         from llvmlite import binding
@@ -44,15 +50,7 @@ def cpu_features() -> str:
         target = binding.get_host_cpu_name()
     except Exception:  # pragma: no cover - llvmlite comes with numba, a dependency
         target = "unknown target"
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
+    flags = set((_cpuinfo("flags") or "").split())
     widest = next((name for flag, name in (("avx512f", "avx512"), ("avx2", "avx2"),
                                            ("avx", "avx"), ("sse2", "sse2")) if flag in flags),
                   "unknown vector set")
