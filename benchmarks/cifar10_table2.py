@@ -42,12 +42,13 @@ cosine learning-rate schedule instead of tenfold drops, the
 victim of :mod:`lib.ssm.s4d` (see :data:`lib.ssm.s4d.CIFAR10_VICTIM`), one global standardization
 instead of one per channel (so τ = 0.1 is a step in units of the global standard deviation, theirs
 in units of each channel's), one retrained victim per seed in ``--victim-seeds`` (the authors'
-Table-2 code validates one victim per row), and the per-row
-penalty of :mod:`lib.poisoning.gradient_matching`, which weights rows of the flat sequence: with
-``--reading pixels`` a row of 96 entries is one image row of all three channels, and the weights are
-exactly those of the paper's footnote 14 (32 − i on image row i); in the authors' reading a row of
-32 entries is one image row of one channel, the weight 95 − r falls from the first red row to the
-last blue one, and only the last blue row, the end of the sequence, is free.
+Table-2 code validates one victim per row), and the per-row penalty of
+:mod:`lib.poisoning.gradient_matching` with the weights of the paper's footnote 14 (31 − i on image
+row i, counted from 0, the last row free) in both readings: with ``--reading pixels`` a
+row of 96 entries of the sequence is one image row of all three channels; in the authors' reading
+a row of 32 entries is one image row of one channel, and the three channels' rows i share the
+weight of image row i (``AttackConfig(rows=32)``), as the authors' code weights the (3, 32, 32)
+image before it reshapes it, so the last image row of all three channels is free.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Settings:
     threat_model: str = "per-target"  # or "random-subset", the paper's (module docstring)
     poison_batch: int = 500  # poisons per batch of the joint brew (random-subset)
     reg_factor: float = 0.0
-    row_length: int | None = None  # of the penalty; None: 96 for "pixels", 32 for "authors"
+    # of the penalty; None: 96 for "pixels", and for "authors" 32 with rows=32 (image rows)
+    row_length: int | None = None
     victim: s4d.S4DConfig = s4d.CIFAR10_VICTIM
     train: s4d.TrainConfig = s4d.CIFAR10_TRAIN
     n_train: int | None = 45000
@@ -228,6 +230,8 @@ def _attack(settings: Settings) -> gradient_matching.AttackConfig:
         reg_factor=settings.reg_factor,
         row_length=settings.row_length or (96 if settings.reading == "pixels" else 32),
         step_rule=settings.step_rule,
+        # the authors' reading holds the channels one after another: 32 image rows per channel
+        rows=None if settings.reading == "pixels" or settings.row_length else 32,
     )
 
 

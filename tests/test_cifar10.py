@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lib.book import data
+from lib.poisoning import gradient_matching as gm
 from lib.ssm import s4d
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -149,6 +150,21 @@ def test_table2_end_to_end_on_the_cpu(folder):
     assert all(0 <= v <= 2 for v in result["matching_loss"])  # 1 − cosine
     for t, a in zip(result["targets"], result["adversarial"], strict=True):
         assert a in CLASSES and a != [0, 0, 3, 3, 7, 7][t]
+
+
+def test_the_penalty_weights_image_rows_in_both_readings():
+    """Footnote 14's weights 31 − i of image row i (counted from 0) on every entry of that row, in
+    all three channels, whichever way the image is read into a sequence: the attack's weights,
+    carried back to (3, 32, 32) image coordinates, depend on the image row alone."""
+    image = np.arange(3 * 32 * 32)[None]  # a CIFAR row (3, 32, 32) whose entries are their index
+    expected = np.broadcast_to((31 - np.arange(32))[None, :, None], (3, 32, 32))
+    for reading in data.CIFAR10_READINGS:
+        attack = cifar10_table2._attack(cifar10_table2.Settings(reading=reading, reg_factor=1.0))
+        weights = gm.row_weights(3072, attack.row_length, attack.free_row, attack.rows).numpy()
+        order = data.cifar10_sequences(image, reading).reshape(-1)  # sequence position -> entry
+        in_image = np.empty(3072)
+        in_image[order] = weights
+        np.testing.assert_array_equal(in_image.reshape(3, 32, 32), expected, err_msg=reading)
 
 
 def test_table2_rows():

@@ -95,6 +95,23 @@ def test_row_weights_free_the_last_row():
         gm.row_weights(10, 8)
 
 
+def test_row_weights_repeat_rows_channel_after_channel():
+    """A (3, 32, 32) image read in memory order as 1024 steps of 3 values (the authors' S4 victim):
+    with rows=32 the flat weight of every entry is that of its image row, 31 - i (footnote 14 with
+    rows counted from 0), whatever its channel; the last image row of all three channels is free."""
+    w = gm.row_weights(3 * 32 * 32, 32, rows=32)
+    image_rows = torch.arange(32)[None, :, None].expand(3, 32, 32).reshape(-1)
+    assert torch.equal(w, (31 - image_rows).to(w.dtype))
+    assert torch.equal(gm.row_weights(64, 8, rows=8), gm.row_weights(64, 8))
+    first = gm.row_weights(3 * 32 * 32, 32, "first", rows=32)
+    assert torch.equal(first, image_rows.to(w.dtype))
+    for bad in (0, -1, 5, 2.5, "32"):
+        with pytest.raises(ValueError, match="rows"):
+            gm.row_weights(3 * 32 * 32, 32, rows=bad)
+    with pytest.raises(ValueError, match="rows"):
+        gm.AttackConfig(rows=0)
+
+
 def test_row_weights_reversed_free_the_first_row():
     last, first = gm.row_weights(64, 8), gm.row_weights(64, 8, "first")
     assert first[:8].tolist() == [0.0] * 8 and first[-8:].tolist() == [7.0] * 8

@@ -30,6 +30,11 @@ for rows i = 1, …, 32, that is λ = 1, as in the authors' code of the Table-2 
 code multiplies by a factor whose default is 10⁻⁷. The right λ depends on the scale of ℳ's
 gradient, and the chapter states the one it uses.) A positional control reverses the weights,
 w_p = λ r(p), so that the *first* row is the free one (``AttackConfig(free_row="first")``).
+Where the sequence holds the image's channels one after another (the authors' S4 victim reads a
+(3, 32, 32) CIFAR image in its memory order: all red rows, then all green, then all blue), an image
+row is every ``rows``-th row of the sequence: with ``rows`` = 32, r(p) = (p // row_length) mod 32,
+and the last image row of all three channels is free, as the authors' code weights the image before
+it reshapes it (``AttackConfig(rows=...)``).
 
 **Where the perturbation lives.** The paper's "last elements rel. size" is ‖δ_last‖₂ / ‖δ‖₂, the
 norm of the perturbation on the last elements over its whole norm, averaged over poisons
@@ -221,6 +226,9 @@ class AttackConfig:
     per-row weight ``reg_factor`` = λ (0: no regularizer), the row the penalty spares
     ``free_row``, and one of two step rules.
 
+    ``rows`` (None: every row of the sequence is its own) counts the distinct image rows when the
+    sequence repeats them, one block per channel (:func:`row_weights`).
+
     ``free_row`` is one of :data:`FREE_ROWS`: ``"last"`` (the paper's, App. H.2.4: the weight
     w_p = λ (R − 1 − r(p)) of position p in row r(p) = p // ``row_length`` of R rows leaves the
     last row, the end of the sequence, unpenalized) or ``"first"`` (the positional control: the
@@ -244,6 +252,7 @@ class AttackConfig:
     row_length: int = 8
     step_rule: str = "constant"
     free_row: str = "last"
+    rows: int | None = None
 
     def __post_init__(self):
         as_int(self.steps, "steps", minimum=1)
@@ -251,6 +260,8 @@ class AttackConfig:
         as_positive_float(self.lr, "lr")
         as_positive_float(self.reg_factor, "reg_factor", allow_zero=True)
         as_int(self.row_length, "row_length", minimum=1)
+        if self.rows is not None:
+            as_int(self.rows, "rows", minimum=1)
         if self.step_rule not in STEP_RULES:
             raise ValueError(f"step_rule must be one of {STEP_RULES}, got {self.step_rule!r:.40}")
         if not isinstance(self.free_row, str) or self.free_row not in FREE_ROWS:
@@ -302,11 +313,15 @@ class Brew:
             )
 
 
-def row_weights(length: int, row_length: int, free_row: str = "last") -> torch.Tensor:
+def row_weights(
+    length: int, row_length: int, free_row: str = "last", rows: int | None = None
+) -> torch.Tensor:
     """Per-position weights w_p / λ of the per-row penalty for a sequence of R rows (float64).
 
     With r(p) = p // row_length the row of position p (App. H.2.4, footnote 14, of Slutzky et al.
-    2025, with rows counted from 0):
+    2025, with rows counted from 0), or, given ``rows`` = R, r(p) = (p // row_length) mod R (the
+    sequence then holds length / (R · row_length) blocks of R rows, e.g. the three channels of an
+    image read channel after channel, and position p is in image row r(p) of its block):
 
         free_row = "last":   w_p / λ = R − 1 − r(p)   (the paper's: the last row is free),
         free_row = "first":  w_p / λ = r(p)           (reversed: the first row is free).
@@ -320,8 +335,14 @@ def row_weights(length: int, row_length: int, free_row: str = "last") -> torch.T
         raise ValueError(f"free_row must be one of {FREE_ROWS}, got {free_row!r:.40}")
     if length % row_length:
         raise ValueError(f"length {length} is not a whole number of rows of {row_length}")
-    rows = length // row_length
-    row = torch.arange(length) // row_length
+    if rows is None:
+        rows = length // row_length
+    rows = as_int(rows, "rows", minimum=1)
+    if length % (rows * row_length):
+        raise ValueError(
+            f"length {length} is not a whole number of blocks of {rows} rows of {row_length}"
+        )
+    row = (torch.arange(length) // row_length) % rows
     return (row if free_row == "first" else rows - 1 - row).to(DTYPE)
 
 
@@ -629,9 +650,10 @@ def brew(
     (training images of class ``adversarial[a]``, e.g. :func:`choose_nearest`'s).
 
     ``config`` may also be a list of configs that differ only in their regularizer (``reg_factor``,
-    ``row_length``, ``free_row``): then every config attacks the same targets with the same poison
-    images from the same random starts, all in one batched loop (what separate calls with the same
-    ``seed`` would compute), and the result is a list with one :class:`Brew` per config.
+    ``row_length``, ``free_row``, ``rows``): then every config attacks the same targets with the
+    same poison images from the same random starts, all in one batched loop (what separate calls
+    with the same ``seed`` would compute), and the result is a list with one :class:`Brew` per
+    config.
     """
     configs = _check_configs(config)
     victim = _check_victim(victim)
@@ -662,7 +684,7 @@ def brew(
             raise ValueError(f"adversarial class {c} is the true class of target {t}")
     length = x_train.shape[1]
     weights = torch.stack(
-        [c.reg_factor * row_weights(length, c.row_length, c.free_row) for c in configs]
+        [c.reg_factor * row_weights(length, c.row_length, c.free_row, c.rows) for c in configs]
     )
     if poison_index is None:
         index = torch.stack(
@@ -767,7 +789,8 @@ def brew_joint(
     matching = _Matching(victim, surrogate, x_t, adv, base, poison_labels=labels)
     _check_classes({"y_train": y_train, "intended": torch.tensor([intended])}, matching.classes)
     w = (config.reg_factor
-         * row_weights(x_train.shape[1], config.row_length, config.free_row)).to(md)
+         * row_weights(x_train.shape[1], config.row_length, config.free_row, config.rows)
+         ).to(md)
     delta = _signed_adam(matching, w, _start(config, base, eps, lo, hi, seed), base, eps, lo, hi,
                          config)
     final = matching(delta).detach().reshape(restarts, chunks).sum(-1)
