@@ -200,3 +200,24 @@ def test_table_rejects_ragged_rows():
         table(["a", "b"], [[1.0]])
     with pytest.raises(ValueError, match="at least one header"):
         table([], [])
+
+
+def test_a_glued_table_is_not_displayed_but_glued_under_its_key(monkeypatch):
+    """table(glue=key) hands myst-nb the same Table, not displayed, for another page to paste."""
+    import myst_nb
+
+    from lib.book.viz import Table, table
+
+    shown, glued = [], []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setattr(myst_nb, "glue", lambda key, obj, display=True: glued.append(
+        (key, obj, display)))
+    table(["a", "b"], [[0.5, "x"]], glue="prd-table_1")
+    assert shown == [] and len(glued) == 1
+    key, obj, display = glued[0]
+    assert key == "prd-table_1" and display is False and isinstance(obj, Table)
+    assert obj.rows == [["0.500", "x"]]
+    for bad in ("", "1st", "a b", "a:b", 3, ["a"]):
+        with pytest.raises(ValueError, match="glue must be a key"):
+            table(["a"], [[1.0]], glue=bad)
+    assert glued == [(key, obj, display)]  # a bad key glues nothing

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -345,14 +346,26 @@ class Table:
         )
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) -> None:
+_GLUE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3, glue: str | None = None
+) -> None:
     """Display a table, numbers to ``digits`` significant digits, a column at one precision.
 
     Chapters use it to set reproduced numbers beside the paper's; numbers are written by
     :func:`lib.book.typeset.column` (no e-notation, no nan: a missing value is ``None``, shown as a
-    dash).
+    dash). With ``glue`` = a key the table is not displayed but glued (myst-nb) under that key, so
+    that another page (a chapter's audit appendix) pastes it with the ``{glue}`` directive and its
+    ``:doc:`` option, while the cell that computes it stays where the chapter needs it.
     """
     digits = as_int(digits, "digits", minimum=1, maximum=17)
+    if glue is not None and (not isinstance(glue, str) or not _GLUE_KEY.fullmatch(glue)):
+        raise ValueError(
+            f"glue must be a key of letters, digits, '-' and '_' that starts with a letter, "
+            f"got {describe(glue)}"
+        )
     if isinstance(headers, str) or not isinstance(headers, Sequence):
         raise ValueError(f"headers must be a list of strings, got {headers!r:.60}")
     headers = [str(h) for h in headers]
@@ -374,6 +387,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], *, digits: int = 3) 
     headers = [typeset.scientific(h) for h in headers]  # "ν = -0.8" -> "ν = −0.8", as the cells
     columns = [typeset.column([row[k] for row in cells], digits) for k in range(len(headers))]
     cells = [[column[i] for column in columns] for i in range(len(cells))]
+    if glue is not None:
+        from myst_nb import glue as myst_glue  # a book dependency; imported only in chapters
+
+        myst_glue(glue, Table(headers, cells), display=False)
+        return
     from IPython.display import display
 
     display(Table(headers, cells))
