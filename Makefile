@@ -35,12 +35,19 @@ RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 # (whose font files were gone) made every figure with math print "findfont" lines on the pages.
 MPL := MPLCONFIGDIR="$(CURDIR)/$(VENV)/mplconfig"
 
-.PHONY: help venv setup vendor test test-grading check-results test-portable full book pdf site-test student grade lint bench ledger reproduce clean lock
+.PHONY: help venv setup system-packages vendor test test-grading check-results test-portable full book pdf site-test student grade lint bench ledger reproduce clean lock
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
 
 venv setup: $(STAMP)
+
+# Debian's packages the tools use (bubblewrap and python3-seccomp for the grading sandbox,
+# chromium for the site test and the PDF), installed in one apt-get call when missing and root
+# (tools/system_packages.py). Each tool would install its own when it first needs it; CI runs this
+# first, because its steps run in parallel and two apt-get installs at once contend for dpkg's lock.
+system-packages:
+	$(PYTHON) tools/system_packages.py
 
 $(STAMP): requirements-lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -59,6 +59,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import system_packages  # tools/, on the path of whoever imports this module
+
 UID_BASE = 2_000_000  # sandbox uids when we are root: UID_BASE + k, k < UID_RANGE, leased
 UID_RANGE = 1_000_000  # (no account needs these uids: nothing on disk belongs to them)
 USED_UIDS: set[int] = set()  # the uids this process's sandboxes ran as
@@ -105,10 +107,7 @@ def bwrap_path(install: bool = True) -> str:
         return found
     if install and is_root() and shutil.which("apt-get"):
         print("grade: no bubblewrap; installing Debian's bubblewrap with apt-get", flush=True)
-        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        steps = (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "bubblewrap"])
-        for step in steps:
-            subprocess.run(step, check=True, env=quiet, stdout=subprocess.DEVNULL)
+        system_packages.apt_install(["bubblewrap"], check=True)
         found = shutil.which("bwrap")
         if found:
             return found
@@ -195,10 +194,7 @@ def seccomp_filter(install: bool = True) -> bytes:
     program = _compile_seccomp()
     if program is None and install and is_root() and shutil.which("apt-get"):
         print("grade: no libseccomp bindings; installing Debian's python3-seccomp", flush=True)
-        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        steps = (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "python3-seccomp"])
-        for step in steps:
-            subprocess.run(step, check=False, env=quiet, stdout=subprocess.DEVNULL)
+        system_packages.apt_install(["python3-seccomp"])
         program = _compile_seccomp()
     if program is None:
         raise SandboxUnavailable(

@@ -107,6 +107,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+import system_packages  # tools/ is the script's folder, first on its path
+
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "_build" / "site-test"
 ALLOWLIST = Path(__file__).resolve().parent / "site_allow.json"
@@ -654,9 +656,7 @@ def chromium() -> str:
         return found
     if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
         print("site-test: no Chromium; installing Debian's chromium with apt-get", flush=True)
-        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}  # no prompt in CI
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=quiet)
-        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], check=True, env=quiet)
+        system_packages.apt_install(["chromium"], check=True)
         found = shutil.which("chromium")
         if found:
             return found
