@@ -731,6 +731,19 @@ def test_the_command_line_check_names_the_chapters_it_did_not_compare(
     assert "not compared (run at another scale than the default): some-chapter" in out
 
 
+def test_a_build_that_executed_no_chapter_has_nothing_to_check(tmp_path, monkeypatch, capsys):
+    """An incremental book build that re-read only a page without code (an audit appendix)
+    records no entry: the build's check (--executed-only) passes and says so, while a full check,
+    which expects every chapter, still fails."""
+    monkeypatch.setenv("BOOK_LEDGER_DIR", str(tmp_path / "empty"))
+    (tmp_path / "empty").mkdir()
+    tool = _tool()
+    assert tool.main(["check", "--executed-only"]) == 0
+    assert "no chapter was executed in this build" in capsys.readouterr().out
+    assert tool.main(["check"]) == 1
+    assert tool.main(["write"]) == 1
+
+
 @pytest.mark.parametrize("text", ["{not json", json.dumps({"some-chapter": {"k": {"paper": 1}}}),
                                   json.dumps([1, 2])])
 def test_a_malformed_committed_ledger_is_named(chapter, tmp_path_factory, text, capsys):
