@@ -53,6 +53,12 @@ def _oracle_round_up(result, value, digits=2):
     return value * (1 - 1e-12) <= result < value + unit * (1 + 1e-9)
 
 
+def _oracle_round_down(result, value, digits=2):
+    """At most the value, by less than one unit of its last kept figure."""
+    unit = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return value - unit * (1 + 1e-9) < result <= value * (1 + 1e-12)
+
+
 def _figure() -> object:
     from matplotlib.figure import Figure
 
@@ -82,5 +88,13 @@ def cases() -> list[Case]:
              oracle=_oracle_column),
         Case("book.typeset.round_up", typeset.round_up,
              [P("value", 0.0123, "float"), P("digits", 2, "int")], oracle=_oracle_round_up),
+        Case("book.typeset.round_down", typeset.round_down,
+             [P("value", 0.0187, "float"), P("digits", 2, "int")], oracle=_oracle_round_down),
+        Case("book.typeset.number_up", typeset.number_up,
+             [P("value", 0.123, "float"), P("spec", ".2f", "text")],
+             oracle=lambda result, value, spec=".2f": read_back(result) >= value),
+        Case("book.typeset.number_down", typeset.number_down,
+             [P("value", 0.128, "float"), P("spec", ".2f", "text")],
+             oracle=lambda result, value, spec=".2f": read_back(result) <= value),
         Case("book.viz.figure_png", _figure_png, [P("fig", _figure(), "object")], examples=4),
     ]

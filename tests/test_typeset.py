@@ -75,3 +75,28 @@ def test_round_up_keeps_an_at_most_true(value, digits, expected):
 def test_round_up_rejects_what_is_not_a_positive_number(value):
     with pytest.raises(ValueError, match="value"):
         typeset.round_up(value)
+
+
+@pytest.mark.parametrize(("value", "digits", "expected"), [
+    (0.0187, 2, 0.018), (0.0187, 1, 0.01), (1.1, 2, 1.1), (9.99, 1, 9.0), (1234.0, 2, 1200.0),
+    (7.2e-13, 1, 7e-13),
+])
+def test_round_down_keeps_an_at_least_true(value, digits, expected):
+    result = typeset.round_down(value, digits)
+    assert repr(result) == repr(expected)
+    assert result <= value * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("value", "spec", "up", "down"), [
+    (0.123, ".2f", "0.13", "0.12"), (0.128, ".2f", "0.13", "0.12"), (0.12, ".2f", "0.12", "0.12"),
+    (7.2e-13, ".0e", "8 × 10⁻¹³", "7 × 10⁻¹³"), (-0.128, ".2f", "−0.12", "−0.13"),
+])
+def test_printed_bounds_never_cross_the_value(value, spec, up, down):
+    assert typeset.number_up(value, spec).replace("\u00a0", " ") == up
+    assert typeset.number_down(value, spec).replace("\u00a0", " ") == down
+
+
+@pytest.mark.parametrize("spec", [".3g", "", "d", ".2%", 2])
+def test_printed_bounds_reject_a_spec_they_cannot_round(spec):
+    with pytest.raises(ValueError, match="spec"):
+        typeset.number_up(0.5, spec)

@@ -198,6 +198,22 @@ def collapse_ranges(text: str) -> str:
     return _DEGENERATE.sub(r"\1", text)
 
 
+def _round_figures(value, digits, up: bool) -> float:
+    """value rounded to ``digits`` significant figures towards +inf (``up``) or 0 (not ``up``)."""
+    value = _as_real(value, "value")
+    digits = as_int(digits, "digits", minimum=1, maximum=15)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"value must be positive and finite to be rounded to a bound, got {value!r}")
+    exponent = math.floor(math.log10(value)) - digits + 1
+    quotient = value / 10.0**exponent
+    whole = round(quotient)
+    if abs(quotient - whole) <= 1e-9 * quotient:
+        count = whole
+    else:
+        count = math.ceil(quotient) if up else math.floor(quotient)
+    return float(f"{count}e{exponent}")
+
+
 def round_up(value, digits: int = 2) -> float:
     """The smallest number of ``digits`` significant figures that is at least ``value`` > 0:
     ``⌈value / 10^e⌉ · 10^e`` with ``e = ⌊log10 value⌋ − digits + 1``, so that a printed "at most"
@@ -208,15 +224,51 @@ def round_up(value, digits: int = 2) -> float:
     unit by the rounding of its binary form. Only positive finite values: the bounds it serves are
     of positive quantities (a loss, an error, a distance).
     """
+    return _round_figures(value, digits, up=True)
+
+
+def round_down(value, digits: int = 2) -> float:
+    """The largest number of ``digits`` significant figures that is at most ``value`` > 0:
+    ``⌊value / 10^e⌋ · 10^e`` with ``e`` as in :func:`round_up`, so that a printed "at least"
+    stays true (``0.0187`` becomes ``0.018`` at two digits, ``0.01`` at one). The same handling
+    of values already of ``digits`` figures, and the same domain, as :func:`round_up`.
+    """
+    return _round_figures(value, digits, up=False)
+
+
+_BOUND_SPEC = re.compile(r"\.(\d{1,2})([ef])")
+
+
+def _number_bound(value, spec, up: bool) -> str:
     value = _as_real(value, "value")
-    digits = as_int(digits, "digits", minimum=1, maximum=15)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"value must be positive and finite to be rounded up, got {value!r}")
-    exponent = math.floor(math.log10(value)) - digits + 1
-    quotient = value / 10.0**exponent
-    whole = round(quotient)
-    count = whole if abs(quotient - whole) <= 1e-9 * quotient else math.ceil(quotient)
-    return float(f"{count}e{exponent}")
+    if not math.isfinite(value):
+        raise ValueError(f"value must be finite to be printed as a bound, got {value!r}")
+    match = _BOUND_SPEC.fullmatch(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ValueError(f"spec must be a fixed or exponent format such as '.2f' or '.0e', "
+                         f"got {describe(spec)}")
+    digits = int(match.group(1))
+    text = format(value, spec)
+    if (float(text) < value) if up else (float(text) > value):
+        exponent = int(text.split("e")[1]) - digits if spec.endswith("e") else -digits
+        text = format(float(text) + (1 if up else -1) * 10.0**exponent, spec)
+    return number(float(text), spec)
+
+
+def number_up(value, spec: str) -> str:
+    """``value`` printed with ``spec`` (``".2f"`` or ``".0e"`` style) as an upper bound: where the
+    format rounded it down, it is moved up one unit of its last printed digit, so that "at most"
+    and the top of a range are never printed below the value (``number_up(0.123, ".2f")`` is
+    ``"0.13"``, ``number_up(7.2e-13, ".0e")`` is ``"8 × 10⁻¹³"``). Raises ``ValueError`` for a
+    value that is not a finite real number and for another kind of spec."""
+    return _number_bound(value, spec, up=True)
+
+
+def number_down(value, spec: str) -> str:
+    """``value`` printed with ``spec`` as a lower bound ("at least", the bottom of a range): where
+    the format rounded it up, it is moved down one unit of its last printed digit
+    (``number_down(0.128, ".2f")`` is ``"0.12"``). The same errors as :func:`number_up`."""
+    return _number_bound(value, spec, up=False)
 
 
 def number_range(low, high, spec: str = "", separator: str = " to ") -> str:
