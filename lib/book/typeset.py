@@ -236,7 +236,7 @@ def round_down(value, digits: int = 2) -> float:
     return _round_figures(value, digits, up=False)
 
 
-_BOUND_SPEC = re.compile(r"\.(\d{1,2})([ef])")
+_BOUND_SPEC = re.compile(r"\.(\d{1,2})([efg])")
 
 
 def _number_bound(value, spec, up: bool) -> str:
@@ -245,18 +245,24 @@ def _number_bound(value, spec, up: bool) -> str:
         raise ValueError(f"value must be finite to be printed as a bound, got {value!r}")
     match = _BOUND_SPEC.fullmatch(spec) if isinstance(spec, str) else None
     if match is None:
-        raise ValueError(f"spec must be a fixed or exponent format such as '.2f' or '.0e', "
+        raise ValueError(f"spec must be a fixed, exponent or general format such as '.2f', '.0e' "
+                         f"or '.2g', "
                          f"got {describe(spec)}")
     digits = int(match.group(1))
     text = format(value, spec)
     if (float(text) < value) if up else (float(text) > value):
-        exponent = int(text.split("e")[1]) - digits if spec.endswith("e") else -digits
+        if spec.endswith("e"):
+            exponent = int(text.split("e")[1]) - digits
+        elif spec.endswith("g"):  # digits significant figures: the last one's place
+            exponent = math.floor(math.log10(abs(float(text)))) - max(digits, 1) + 1
+        else:
+            exponent = -digits
         text = format(float(text) + (1 if up else -1) * 10.0**exponent, spec)
     return number(float(text), spec)
 
 
 def number_up(value, spec: str) -> str:
-    """``value`` printed with ``spec`` (``".2f"`` or ``".0e"`` style) as an upper bound: where the
+    """``value`` printed with ``spec`` (``".2f"``, ``".0e"`` or ``".2g"`` style) as an upper bound: where the
     format rounded it down, it is moved up one unit of its last printed digit, so that "at most"
     and the top of a range are never printed below the value (``number_up(0.123, ".2f")`` is
     ``"0.13"``, ``number_up(7.2e-13, ".0e")`` is ``"8 × 10⁻¹³"``). Raises ``ValueError`` for a
