@@ -292,7 +292,8 @@ EXACT_TOL_SHARE = 0.10
 #: The words a record's ``note`` ends with when its status rests on a reading of the paper's words
 #: that the row states (e.g. "≲" read as "≤"): the Reproductions page names such rows beside its
 #: counts (:func:`page_markdown`), so a count is not read as resting on the numbers alone.
-READING_DECIDES = "the reading decides the verdict"
+READING_DECIDES = ("the paper leaves the reading open: every reading is compared, and the verdict is "
+                   "the one they share (inconclusive where they differ)")
 #: The fields a reading of :func:`record`'s ``readings`` may replace: what the paper's value is
 #: taken to be, and what of ours it is compared with (rule 10).
 READING_FIELDS = ("paper_value", "ours", "paper_stat", "paper_n", "tol", "grid", "against")
