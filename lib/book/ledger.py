@@ -1880,7 +1880,11 @@ def rule_markdown() -> str:
         "- **illustration**: our run lies outside the hypotheses of the statement the paper's "
         "number illustrates, or is not the paper's setting (an analogue, named in the row), so "
         "whatever the numbers, it is neither a reproduction nor a difference; this comes before "
-        "every other status.",
+        "every other status. Which of the two applies depends on the number: a number the paper "
+        "computes from an experiment (a table's error, a figure's curve) is judged against that "
+        "experiment's setting, even where the paper offers the experiment as illustrating a "
+        "theorem whose hypotheses the runs do not meet; a number a statement predicts (a bound, "
+        "a limit, a rate) is judged against the statement's hypotheses.",
         "  - The paper's setting is its data, model and sizes, its optimizer and "
         "step rule, its loss (empirical or population) and the distribution of its "
         "initialization, as its text states them, or as the authors' published code implements "
