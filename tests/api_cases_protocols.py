@@ -56,7 +56,7 @@ def _oracle_responses(result, kind, params, length) -> bool:
 def cases() -> list[Case]:
     return [
         Case("ssm.extrapolation_protocols.paper_balanced_teacher", xp.paper_balanced_teacher,
-             [P("d_hat", 5, "int"), P("seed", 0, "int")]),
+             [P("d_hat", 5, "int"), P("seed", 0, "int"), P("eigenvalues", "even", "choice", True)]),
         Case("ssm.extrapolation_protocols.random_unbalanced_teacher", xp.random_unbalanced_teacher,
              [P("d_hat", 4, "int"), P("seed", 0, "int")]),
         Case("ssm.extrapolation_protocols.accumulating_loss", xp.accumulating_loss,

@@ -103,6 +103,18 @@ def test_paper_balanced_teacher_follows_app_c21():
     assert torch.equal(again[0], eigenvalues)  # one RandomState stream: bit-identical by design
 
 
+def test_paper_balanced_teacher_even_reading_spaces_the_eigenvalues_and_keeps_the_masses():
+    iid, masses = xp.paper_balanced_teacher(5, 7)
+    even, even_masses = xp.paper_balanced_teacher(5, 7, eigenvalues="even")
+    # 0.6 + 0.45 i / 4: the interval's ends and three equal steps of 0.1125 between them
+    assert torch.allclose(even, torch.tensor([0.6, 0.7125, 0.825, 0.9375, 1.05], dtype=DT),
+                          rtol=0, atol=1e-15)
+    assert torch.equal(even_masses, masses)  # the same stream: the masses do not depend on it
+    assert not torch.equal(even, iid)
+    with pytest.raises(ValueError, match="d_hat >= 2"):
+        xp.paper_balanced_teacher(1, 7, eigenvalues="even")
+
+
 def test_random_unbalanced_teacher_is_revealed_after_d_hat_steps():
     a, b, c = xp.random_unbalanced_teacher(5, 3)
     h = ex.linear_rnn_response(a, b, c, 8)

@@ -75,17 +75,32 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-def paper_balanced_teacher(d_hat: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+#: The two readings of App. C.2.1's "we set the eigenvalues to distribute uniformly between 0.6
+#: and 1.05": drawn i.i.d. uniform ("iid"), or spread evenly over the interval ("even").
+EIGENVALUE_READINGS = ("iid", "even")
+
+
+def paper_balanced_teacher(d_hat: int, seed: int, *, eigenvalues: str = "iid"
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """The balanced teacher of App. C.2.1 as a distribution: (eigenvalues, masses).
 
-    Eigenvalues i.i.d. uniform in [0.6, 1.05]; B̂ = Ĉᵀ with i.i.d. N(0.5, 1) entries, normalized
-    so that ĈB̂ = Σ_i B̂_i² = 1, so the masses are p_i = B̂_i² / Σ B̂². Both from
-    ``numpy.random.RandomState(seed)`` (eigenvalues first). The impulse response is
-    w_j = Σ_i p_i λ_i^j (:func:`lib.ssm.extrapolation.moment_sequence`).
+    Eigenvalues uniform in [0.6, 1.05], by one of the two readings of the appendix
+    (:data:`EIGENVALUE_READINGS`): i.i.d. draws (``"iid"``, the default) or the d̂ evenly spaced
+    values 0.6 + 0.45 i/(d̂ − 1) (``"even"``, needs d̂ ≥ 2); B̂ = Ĉᵀ with i.i.d. N(0.5, 1)
+    entries, normalized so that ĈB̂ = Σ_i B̂_i² = 1, so the masses are p_i = B̂_i² / Σ B̂². Both
+    from ``numpy.random.RandomState(seed)`` (eigenvalues first, also drawn under ``"even"`` and
+    then replaced, so that a seed gives the same masses under both readings). The impulse response
+    is w_j = Σ_i p_i λ_i^j (:func:`lib.ssm.extrapolation.moment_sequence`).
     """
     d_hat = as_int(d_hat, "d_hat", minimum=1, maximum=10_000)
+    if eigenvalues not in EIGENVALUE_READINGS:
+        raise ValueError(f"eigenvalues must be one of {EIGENVALUE_READINGS}, "
+                         f"got {eigenvalues!r:.40}")
+    if eigenvalues == "even" and d_hat < 2:
+        raise ValueError(f"evenly spaced eigenvalues need d_hat >= 2, got {d_hat}")
     rng = np.random.RandomState(as_seed(seed))
-    eigenvalues = rng.uniform(0.6, 1.05, d_hat)
+    drawn = rng.uniform(0.6, 1.05, d_hat)
+    eigenvalues = drawn if eigenvalues == "iid" else np.linspace(0.6, 1.05, d_hat)
     b = rng.normal(0.5, 1.0, d_hat)
     return torch.from_numpy(eigenvalues), torch.from_numpy(b * b / (b * b).sum())
 
