@@ -121,20 +121,30 @@ def fig1a(seed: int) -> dict:
     return _column("fig1a", out, s["seeds"].index(seed))
 
 
-def fig1a_starts(seed: int) -> dict:
-    """Figure 1(a)'s statistic on one App. C.2.1 teacher: ``FIG1A["starts"]`` fresh student
-    starts (seeds ``start_seed + starts * seed + j``), Adam on the population loss (eq. 3.4), the
-    tail errors per start and training length (the paper averages its 3 seeds' errors)."""
+def three_starts(seed: int, eigenvalues: str = "iid") -> tuple[np.ndarray, torch.Tensor]:
+    """Figure 1(a)'s statistic on one App. C.2.1 teacher (its eigenvalues read as
+    ``eigenvalues``, :data:`lib.ssm.extrapolation_protocols.EIGENVALUE_READINGS`):
+    ``FIG1A["starts"]`` fresh student starts (seeds ``start_seed + starts * seed + j``), Adam on
+    the population loss (eq. 3.4). Returns the tail errors (start, training length) and the
+    teacher's impulse response up to the horizon."""
     s = FIG1A
     ks, n = s["ks"], s["starts"]
-    eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed)
-    w = ex.moment_sequence(eigenvalues, masses, s["horizon"])
+    teacher = xp.paper_balanced_teacher(s["d_hat"], seed, eigenvalues=eigenvalues)
+    w = ex.moment_sequence(*teacher, s["horizon"])
     starts = [ex.balanced_init(s["d"], s["start_seed"] + n * seed + j, init_scale=s["init_scale"])
               for j in range(n)]
     params = {name: torch.stack([st[name] for st in starts for _ in ks]) for name in ("a", "b")}
     runs = [k for _ in starts for k in ks]
     trained = xp.train_students("balanced", w, runs, params, lr=s["lr"], steps=s["adam_steps"])
     errors = np.asarray(xp.tail_errors("balanced", trained.params, w, runs)).reshape(n, len(ks))
+    return errors, w
+
+
+def fig1a_starts(seed: int) -> dict:
+    """:func:`three_starts` on the i.i.d. reading: the tail errors per start and training length
+    (the paper averages its 3 seeds' errors)."""
+    s = FIG1A
+    errors, _ = three_starts(seed)
     return _column("fig1a", {("starts",): errors}, s["seeds"].index(seed))
 
 

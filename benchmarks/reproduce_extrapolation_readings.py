@@ -18,12 +18,7 @@ both readings. Nothing is tuned on these runs; the settings are ``FIG1A``'s.
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from reproduce_extrapolation import FIG1A
-
-from lib.ssm import extrapolation as ex
-from lib.ssm import extrapolation_protocols as xp
+from reproduce_extrapolation import FIG1A, three_starts
 
 READING = "even"
 
@@ -34,14 +29,7 @@ def fig1a_starts_even(seed: int) -> dict:
     the zero solution's tail error per length."""
     s = FIG1A
     ks, n = s["ks"], s["starts"]
-    eigenvalues, masses = xp.paper_balanced_teacher(s["d_hat"], seed, eigenvalues=READING)
-    w = ex.moment_sequence(eigenvalues, masses, s["horizon"])
-    starts = [ex.balanced_init(s["d"], s["start_seed"] + n * seed + j, init_scale=s["init_scale"])
-              for j in range(n)]
-    params = {name: torch.stack([st[name] for st in starts for _ in ks]) for name in ("a", "b")}
-    runs = [k for _ in starts for k in ks]
-    trained = xp.train_students("balanced", w, runs, params, lr=s["lr"], steps=s["adam_steps"])
-    errors = np.asarray(xp.tail_errors("balanced", trained.params, w, runs)).reshape(n, len(ks))
+    errors, w = three_starts(seed, READING)
     col = s["seeds"].index(seed)
     out = {("fig1a_even", "starts", j, k, col): float(errors[j, k])
            for j in range(n) for k in range(len(ks))}
