@@ -54,3 +54,41 @@ def test_authors_streams_rejects_an_unknown_arm():
 
     with pytest.raises(ValueError, match="clean"):
         rg.authors_streams(5000, key="poisoned")
+
+
+def test_authors_streams_rejects_an_unknown_budget():
+    import pytest
+
+    with pytest.raises(ValueError, match="budget"):
+        rg.authors_streams(5000, budget="forever")
+
+
+def test_authors_budget_task_matches_the_cut_off_run_where_it_fits():
+    """Seed 5000's clean run fits within the cut-off: taken on to the authors' budget it stops at
+    the same step with the same final state (the same arithmetic up to the stop)."""
+    import reproduce_greedy_learning_budget as rb
+
+    task = next(t for t in rb.tasks() if t.key == "authors streams clean to their budget seed=5000")
+    out = task.fn(**task.kwargs)
+    assert set(out) == set(task.writes) == {("authors_streams_full", "clean", 0)}
+    full = out[task.writes[0]]
+    cut = rg.authors_streams(5000)[("authors_streams", "clean", 0)]
+    assert full["fit_step"] == cut["fit_step"] is not None
+    assert full["erank"] == cut["erank"] and full["steps_run"] < rb.AUTHORS_EPOCHS
+
+
+def test_rate_matched_task_runs_the_clean_arm_at_the_special_rate():
+    import pytest
+    import reproduce_greedy_learning_rate as rr
+
+    task = next(t for t in rr.tasks() if t.key == "rate matched Figure 4, κ = 6 seed=0")
+    out = task.fn(**task.kwargs)
+    assert set(out) == set(task.writes)
+    row = out[task.writes[0]]
+    assert row["seed"] == 0 and row["erank"] >= 1
+    # the special arm's base rate is a tenth of the clean one's, so the clean run takes more steps
+    # than at its own rate
+    own = gl.train_greedy(gl.FIGURE4_SHORT, [0], special_scales=(None,), max_steps=100_000)
+    assert row["steps_run"] > own.trajectory.info["steps_run"][0]
+    with pytest.raises(ValueError, match="name"):
+        rr.rate_matched("Figure 7, κ = 6", 0)
