@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from reproduce_greedy_learning import AUTHORS_EPOCHS
+
 from lib.poisoning import greedy_learning
 
 SEEDS = list(range(32))
-AUTHORS_EPOCHS = 1_000_000  # the authors' standalone notebooks' step budget (`epochs = int(1e6)`)
 SETTINGS = {f"Figure {figure}, κ = 6": f"FIGURE{figure}_SHORT" for figure in (4, 5, 6)}
 
 

@@ -105,6 +105,10 @@ def test_the_machine_is_told_by_its_features_as_well_as_its_model():
     # the same model name with other features, or a record from before features were recorded
     assert not machine.same_machine({**here, "cpu_features": "another target, avx512"})
     assert not machine.same_machine({k: v for k, v in here.items() if k != "cpu_features"})
+    # the same model, features and libraries on another host (or before the host was recorded)
+    assert not machine.same_machine({**here, "host": "another host"})
+    assert not machine.same_machine({k: v for k, v in here.items() if k != "host"})
+    assert machine.host() == machine.host() != ""  # stable within a boot
 
 
 @pytest.mark.parametrize("recorded", [None, "AMD EPYC", ["cpu"]])

@@ -332,6 +332,11 @@ COMPARE_ATOL = 1e-12
 #: Measured again the same day on an "AMD EPYC" with AVX-512 (znver5) against that AVX2 ledger: 79
 #: numbers moved, and three notes of poisoning-theorem whose measured gap is typeset as a power of
 #: ten ("9 × 10⁻¹⁴" there, "10⁻¹²" here) changed shape; _NUMBER masks such a power as one number.
+#: Measured on 2026-12-02: a host that agreed with the ledger's on model, features and libraries
+#: moved poisoning-in-practice's authors'-initialization errors of Table 1, row 3 (13 of 32 seeds,
+#: so two notes' quoted bands), a check's rounding-level residual (linear-networks) and a digit of
+#: another's note (saddle-to-saddle); the machine is therefore the host itself
+#: (lib.book.machine.host), and a ledger written on another host is compared as above.
 SAME_MACHINE = _machine.SAME_MACHINE
 #: The key of the committed ledger file that records the machine it was written on.
 MACHINE_KEY = "_machine"

@@ -57,14 +57,34 @@ def cpu_features() -> str:
     return f"{target}, {widest}"
 
 
+def host() -> str:
+    """This running host: Linux's boot id (a random id drawn at each boot, so two virtual machines
+    started from one image differ), else the platform's node name.
+
+    Model, features and library versions do not tell two hosts' arithmetic apart: on 2026-12-02 a
+    host that agreed with the committed ledger's on every other :data:`SAME_MACHINE` field
+    ("AMD EPYC", "znver4, avx512", the same numpy, torch and numba, 2 cores) ran poisoning-in-
+    practice's Table 1, row 3 with the authors' initialization to other errors on 13 of its 32
+    seeds (up to 2.7 times; the other 19 bit for bit the same), reproducibly on that host. Only a
+    run on the host that wrote a number is known to repeat it to its last digit.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        boot_id = ""
+    return boot_id or platform.node() or "unknown host"
+
+
 #: The fields of :func:`environment` that must agree for two runs of the same code to perform the
-#: same floating-point operations in the same order (see :func:`cpu_features`).
-SAME_MACHINE = ("cpu", "cpu_features", "numpy", "torch", "numba")
+#: same floating-point operations in the same order: the same host (:func:`host`) with the same
+#: libraries; the CPU's model and features (:func:`cpu_features`) are kept for the record.
+SAME_MACHINE = ("host", "cpu", "cpu_features", "numpy", "torch", "numba")
 
 
 def environment() -> dict[str, str]:
-    """Python and library versions, the CPU's model and its features, for the record: two
-    machines that agree on :data:`SAME_MACHINE` run the same floating-point operations in the
+    """Python and library versions, the CPU's model and its features, and the host (:func:`host`):
+    two runs that agree on :data:`SAME_MACHINE` run the same floating-point operations in the
     same order (numba compiles for the CPU it runs on)."""
     versions = {"python": platform.python_version()}
     for name in _PACKAGES:
@@ -74,6 +94,7 @@ def environment() -> dict[str, str]:
             versions[name] = "not installed"
     versions["cpu"] = cpu_model()
     versions["cpu_features"] = cpu_features()
+    versions["host"] = host()
     return versions
 
 
