@@ -1393,3 +1393,26 @@ def test_a_rows_asterisks_print_as_asterisks(chapter):
     assert r"threshold at 2d\*" in page
     assert r"*teacher d\* = 5, student d = 40*" in page and r"*2d\* = 10*" in page
     assert "d* = 5" not in page.replace(r"\*", "")  # no bare asterisk left to pair with another
+
+
+def test_a_statistic_of_the_papers_runs_is_placed_among_ours_on_subsets_and_can_miss(chapter):
+    # A statistic the chapter computes itself on 3-subsets of its runs (here the middle value of
+    # three of the runs 100, 101, ..., 119; in a chapter, the threshold of a 3-run mean): all
+    # 1 140 values, whose central 90 % is 103 to 116 (numpy's percentiles).
+    import itertools
+
+    def middles(runs):
+        return np.array([sorted(c)[1] for c in itertools.combinations(runs, 3)])
+
+    values = middles(np.arange(100.0, 120.0))
+    assert list(np.percentile(values, [5, 95])) == [103.0, 116.0]
+    assert _rec("stat-in", 110.0, values, "statistic", paper_n=3) == "reproduced"
+    # outside the band it is a miss, unlike one run of the paper's (rule 3: inconclusive)
+    assert _rec("stat-out", 101.0, values, "statistic", paper_n=3) == "not reproduced"
+    assert _rec("single-out", 101.0, values, "single") == "inconclusive"
+    # rule 8 counts the runs behind the values: all 220 3-subsets of 12 runs come from 12 < 19
+    few = middles(np.arange(100.0, 112.0))
+    assert _rec("stat-few", 105.0, few, "statistic", paper_n=3) == "weak evidence"
+    # a statistic needs the runs behind the paper's value
+    with pytest.raises(ValueError, match="paper_n"):
+        _rec("stat-no-n", 110.0, values, "statistic")
