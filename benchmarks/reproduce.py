@@ -64,8 +64,10 @@ CACHE = ROOT / "_build" / "reproduce"
 #: this no longer follows from the code.
 CHECK_RTOL = 1e-4
 CHECK_ATOL = 1e-9
-#: What must agree for a recomputed task to be held to CHECK_RTOL: the CPU (numba compiles for
-#: it, and a wider vector unit sums in another order) and the libraries that do the arithmetic.
+#: What must agree for a recomputed task to be held to CHECK_RTOL: the host that wrote the file
+#: (two hosts alike in CPU name, features and libraries moved some long runs;
+#: lib.book.machine.host), its CPU (numba compiles for it, and a wider vector unit sums in
+#: another order) and the libraries that do the arithmetic.
 #: On another machine a run whose outcome is sensitive to rounding (Adam's tail below the loss
 #: threshold, a catapult at a large step) need not agree: measured, greedy-learning's clean seed 19
 #: ends at a loss of 3.3e-16 in the file written on 2026-11-26 and 1.9e-7 here, with the same fit
