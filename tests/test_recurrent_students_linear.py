@@ -79,3 +79,24 @@ def test_threshold_width_run_at_tiny_size(monkeypatch):
     assert (width, fit) == (2, "filter")
     assert torch.allclose(target, rs.threshold_target(rs.THRESHOLD["length"], 3, 0.0))
     assert seen["students"] == ([k for k in (4, 6, 8, 10, 12) for _ in range(2)], 30)
+
+
+def test_calibration_teacher_is_balanced_symmetric_and_inside_the_linear_theory():
+    # h_j = C A^j B with A = diag(poles), B = C^T = sqrt(weights): the recurrence gives the closed
+    # form, the poles are distinct, real and stable, the weights positive (a balanced teacher)
+    poles = torch.tensor(rs.CALIBRATION["poles"], dtype=torch.float64)
+    weights = torch.tensor(rs.CALIBRATION["weights"], dtype=torch.float64)
+    assert len(set(rs.CALIBRATION["poles"])) == len(poles) and (poles.abs() < 1).all()
+    assert (weights > 0).all()
+    b = weights.sqrt()
+    h = rs.linear_impulse(torch.diag(poles)[None], b[None], b[None], 12)[0]
+    assert torch.allclose(h, rs.calibration_response(12), atol=1e-14)
+    # its dimension is the GRU teachers' width, so the theory's length 2d* + 1 is 7 steps
+    assert len(poles) == rs.THRESHOLD["teacher_width"]
+
+
+def test_linear_refuses_two_runs_at_once(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="two different runs"):
+        rs.linear(tmp_path, second_period=True, calibration=True)
