@@ -37,6 +37,43 @@ def test_float64_diagonal_independent_is_the_compiled_protocol():
                                    compiled.trajectory.final[key].numpy(), atol=1e-4, rtol=0)
 
 
+STEP_RULES = {"diagonal": 1e-6, "full": 1e-6, "squared": 1e-5}  # step_norm: the rule's softening
+
+
+@pytest.mark.parametrize("init", ap.INITS)
+@pytest.mark.parametrize("step_norm", list(STEP_RULES))
+def test_compiled_engine_is_the_torch_loop_up_to_rounding(step_norm, init):
+    # The same arithmetic with sums in another order: agreement to the compiled engine's promise
+    # (1e-10, tests/test_fast_dynamics.py) over 100 steps, short of the fast growth of rounding
+    # differences once the squared rule's step takes off (measured gap here: below 1e-14).
+    kwargs = dict(step_norm=step_norm, softening=STEP_RULES[step_norm], init=init, max_steps=100)
+    ours = ap.train_authors(pd.TABLE1_ROW2, [0, 3], engine="compiled", **kwargs)
+    reference = ap.train_authors(pd.TABLE1_ROW2, [0, 3], **kwargs)
+    for key in "abc":
+        final = reference.trajectory.final[key].numpy()
+        moved = np.abs(final - reference.trajectory.params[key][0])
+        assert moved.max() > 1e-3  # the runs moved: two frozen runs would agree trivially
+        np.testing.assert_allclose(ours.trajectory.final[key].numpy(),
+                                   reference.trajectory.final[key].numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(ours.trajectory.losses, reference.trajectory.losses, rtol=1e-10)
+    assert ours.trajectory.info == reference.trajectory.info
+
+
+@pytest.mark.parametrize("step_norm", list(STEP_RULES))
+def test_compiled_engine_stops_where_the_torch_loop_does(step_norm):
+    # Up to the fit, as in the test above against the compiled protocol: the same fitting step,
+    # final states within the drift that thousands of adaptive steps give rounding (atol 1e-4).
+    setting = dataclasses.replace(pd.TABLE1_ROW2, extra_steps=0)
+    kwargs = dict(step_norm=step_norm, softening=STEP_RULES[step_norm], max_steps=50_000)
+    ours = ap.train_authors(setting, [0, 1], engine="compiled", **kwargs)
+    reference = ap.train_authors(setting, [0, 1], **kwargs)
+    assert ours.trajectory.info["converged_step"] == reference.trajectory.info["converged_step"]
+    assert all(step is not None for step in ours.trajectory.info["converged_step"])
+    for key in "abc":
+        np.testing.assert_allclose(ours.trajectory.final[key].numpy(),
+                                   reference.trajectory.final[key].numpy(), atol=1e-4, rtol=0)
+
+
 def test_full_kernel_gradient_is_autograd_through_a_full_matrix():
     generator = torch.Generator().manual_seed(0)
     d, kappa, n = 4, 5, 3
@@ -112,6 +149,9 @@ def test_mean_of_k_probability_matches_exact_enumeration():
         (lambda: ap.train_authors(pd.TABLE1_ROW2, [0], dtype="float16"), "dtype"),
         (lambda: ap.train_authors(pd.TABLE1_ROW2, [0], step_norm="max"), "step_norm"),
         (lambda: ap.train_authors(pd.TABLE1_ROW2, [0], init="tf"), "init"),
+        (lambda: ap.train_authors(pd.TABLE1_ROW2, [0], engine="gpu"), "engine"),
+        (lambda: ap.train_authors(pd.TABLE1_ROW2, [0], dtype="float32", engine="compiled"),
+         "float64"),
         (lambda: ap.authors_init("setting", 0), "setting must be a DynamicsSetting"),
         (lambda: ap.mean_of_k_probability([0.1, 0.2], 0.1, k=3), "k"),
         (lambda: ap.mean_of_k_probability([0.1, math.nan], 0.1), "values"),

@@ -9,7 +9,10 @@ by numba, and runs are independent loops. The arithmetic is that of
 :func:`lib.ssm.diagonal.square_loss_gradient`, :func:`lib.poisoning.dynamics.ssm_mlp_loss_gradient`
 and the three optimizers of :func:`lib.engine.flow.gradient_descent`, whose docstring gives the
 update rules; only the order of floating-point operations differs, so trajectories agree with the
-torch engine up to rounding (tested).
+torch engine up to rounding (tested). The adaptive step's gradient measure G_k can also be the
+authors' code's (the full d × d recurrent kernel's gradient norm) or the paper's text's (squared
+norms), the variants of :func:`lib.poisoning.authors_protocol.train_authors`, whose
+``engine="compiled"`` runs them here.
 
 The model, for a run with parameters a, b, c ∈ ℝ^d (and D_in ∈ ℝ^{h×1}, D_hid ∈ ℝ^{h×h},
 D_out ∈ ℝ^{1×h}), data x ∈ ℝ^{n×κ}, labels y and example weights w:
@@ -47,6 +50,8 @@ from numba import njit
 
 GD, ADAPTIVE, ADAM = 0, 1, 2
 OPTIMIZER_CODES = {"gd": GD, "adaptive": ADAPTIVE, "adam": ADAM}
+DIAGONAL_NORM, FULL_NORM, SQUARED_NORM = 0, 1, 2
+STEP_NORM_CODES = {"diagonal": DIAGONAL_NORM, "full": FULL_NORM, "squared": SQUARED_NORM}
 
 __all__: list[str] = []  # internal kernels (see the module docstring)
 
@@ -223,6 +228,57 @@ def _sum_of_block_norms(grad, bounds):
 
 
 @njit(cache=True, error_model="numpy")
+def _full_kernel_norm(a, b, c, z, pw, v):
+    """‖∂ℓ/∂A‖_F over the full d × d matrix A at a diagonal point (the authors' Keras kernel).
+
+    ∂ℓ/∂A_pq = c_p b_q Σ_{r,s: r+s ≤ κ−2} a_p^r a_q^s z_{κ−2−r−s} with z = xᵀu, the formula of
+    :func:`lib.poisoning.authors_protocol._full_kernel_gradient` summed in another order:
+    v_qr = Σ_s z_{κ−2−r−s} a_q^s first, then Σ_r a_p^r v_qr. ``pw`` and ``v`` are d × (κ−1)
+    scratch arrays.
+    """
+    d, m = pw.shape  # m = κ − 1
+    for q in range(d):
+        value = 1.0
+        for r in range(m):
+            pw[q, r] = value
+            value *= a[q]
+    for q in range(d):
+        for r in range(m):
+            total = 0.0
+            for s in range(m - r):
+                total += z[m - 1 - r - s] * pw[q, s]
+            v[q, r] = total
+    square = 0.0
+    for p in range(d):
+        for q in range(d):
+            h = 0.0
+            for r in range(m):
+                h += pw[p, r] * v[q, r]
+            g = c[p] * h * b[q]
+            square += g * g
+    return math.sqrt(square)
+
+
+@njit(cache=True, error_model="numpy")
+def _adaptive_measure(theta, grad, bounds, d, kappa, work, step_norm, pw, v):
+    """G_k of the adaptive step (App. H.1.1): Σ_t ‖g_t‖ over the parameter blocks
+    (``DIAGONAL_NORM``, a's gradient over A's diagonal), the same with a's block replaced by the
+    full-kernel norm :func:`_full_kernel_norm` (``FULL_NORM``, the authors' code), or Σ_t ‖g_t‖²
+    (``SQUARED_NORM``, the paper's text). ``work`` holds z = xᵀu where
+    :func:`_loss_and_gradient` left it."""
+    if step_norm == DIAGONAL_NORM:
+        return _sum_of_block_norms(grad, bounds)
+    if step_norm == SQUARED_NORM:
+        total = 0.0
+        for p in range(bounds[bounds.shape[0] - 1]):
+            total += grad[p] * grad[p]
+        return total
+    z = work[2 * kappa * d + kappa : 2 * kappa * d + 2 * kappa]
+    total = _full_kernel_norm(theta[:d], theta[d : 2 * d], theta[2 * d : 3 * d], z, pw, v)
+    return total + _sum_of_block_norms(grad, bounds[1:])
+
+
+@njit(cache=True, error_model="numpy")
 def _adam_direction(k, grad, first, second, update, b1, b2, adam_eps, keras):
     """Adam's moments updated in place, and u_k = m̂_k / (√v̂_k + ε_k) into ``update``.
 
@@ -244,7 +300,7 @@ def _adam_direction(k, grad, first, second, update, b1, b2, adam_eps, keras):
 @njit(cache=True, error_model="numpy")
 def _train_run(
     theta0, x, y, w, d, hidden, bounds, lr, steps, optimizer, stop_loss, extra_steps,
-    record_every, beta, softening, b1, b2, adam_eps, keras,
+    record_every, beta, softening, b1, b2, adam_eps, keras, step_norm,
 ):  # fmt: skip
     """One run of the protocol of :func:`lib.engine.flow.gradient_descent`, compiled.
 
@@ -263,6 +319,8 @@ def _train_run(
     second = np.zeros(size)
     update = np.empty(size)
     work = np.empty(work_size(x.shape[0], x.shape[1], d, hidden))
+    pw = np.empty((d, max(x.shape[1] - 1, 1)))  # scratch of the full-kernel norm
+    v = np.empty((d, max(x.shape[1] - 1, 1)))
     avg_norm = 0.0
     converged = -1
     last = steps
@@ -287,7 +345,8 @@ def _train_run(
             eta = lr
             update[:] = grad
         elif optimizer == ADAPTIVE:
-            avg_norm = beta * avg_norm + (1.0 - beta) * _sum_of_block_norms(grad, bounds)
+            measure = _adaptive_measure(theta, grad, bounds, d, x.shape[1], work, step_norm, pw, v)
+            avg_norm = beta * avg_norm + (1.0 - beta) * measure
             eta = lr / (math.sqrt(avg_norm / (1.0 - beta ** (k + 1))) + softening)
             update[:] = grad
         else:
@@ -325,6 +384,7 @@ def train_runs(
     adam_betas: tuple[float, float] = (0.9, 0.999),
     adam_eps: float = 1e-8,
     adam_form: str = "torch",
+    step_norm: str = "diagonal",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
     """Train R independent runs with the compiled loop; the record layout of gradient_descent.
 
@@ -335,9 +395,11 @@ def train_runs(
     ``losses (T, R)``, ``step_sizes (T, R)`` and the ``info`` dict of gradient_descent, recorded
     exactly as gradient_descent records R runs advanced together: at every multiple of
     ``record_every`` before the last run stops, and at that final iteration; a finished run stays
-    frozen at its last iterate with step size NaN.
+    frozen at its last iterate with step size NaN. ``step_norm`` chooses the adaptive step's G_k
+    (:func:`_adaptive_measure`; ``"full"`` and ``"squared"`` for the standalone SSM only).
     """
     code = OPTIMIZER_CODES[optimizer]
+    norm_code = STEP_NORM_CODES[step_norm]
     stop = -1.0 if stop_loss is None else float(stop_loss)
     results = [
         _train_run(
@@ -360,6 +422,7 @@ def train_runs(
             adam_betas[1],
             adam_eps,
             adam_form == "keras",
+            norm_code,
         )  # fmt: skip
         for r in range(theta0.shape[0])
     ]

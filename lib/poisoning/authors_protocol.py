@@ -42,6 +42,7 @@ from lib.engine.validation import (
     as_size,
     as_tensor,
 )
+from lib.poisoning._dynamics_kernels import train_runs
 from lib.poisoning.dynamics import (
     DynamicsRuns,
     DynamicsSetting,
@@ -202,10 +203,31 @@ def _run(setting, pairs, *, dtype, step_norm, softening, init, max_steps, beta=0
     for key, value in (("a", a), ("b", b), ("c", c)):
         out[key][rows] = value
     final = {key: value.to(DTYPE) for key, value in out.items()}
-    return x64, y64, w64, sizes, start, final, converged, last
+    diverged = [not all(bool(torch.isfinite(final[k][r]).all()) for k in "abc")
+                for r in range(runs)]
+    return x64, y64, w64, sizes, start, final, converged, last, diverged
 
 
 COMPACT_EVERY = 500
+ENGINES = ("torch", "compiled")
+
+
+def _run_compiled(setting, pairs, *, dtype, step_norm, softening, init, max_steps):
+    """:func:`_run` through the compiled loop of :mod:`lib.poisoning._dynamics_kernels` (float64:
+    ``dtype`` is checked by the caller), recording only the first and the last iterate."""
+    x, y, w, sizes, start = _batch(setting, pairs, init, dtype)
+    d = setting.d
+    theta0 = torch.cat([start[k] for k in "abc"], dim=1).numpy()
+    lrs = np.array([setting.lr_clean if s is None else setting.lr_special for _, s in pairs])
+    _, states, _, _, info = train_runs(
+        theta0, x.numpy(), y.numpy(), w.numpy(), sizes, d=d, hidden=0,
+        bounds=np.array([0, d, 2 * d, 3 * d]), lrs=lrs, steps=max_steps, optimizer="adaptive",
+        stop_loss=setting.stop_loss, extra_steps=setting.extra_steps,
+        record_every=max(1, max_steps), softening=softening, step_norm=step_norm)
+    final = {k: torch.from_numpy(states[-1, :, i * d : (i + 1) * d].copy())
+             for i, k in enumerate("abc")}
+    return (x, y, w, sizes, start, final, info["converged_step"], info["steps_run"],
+            info["diverged"])
 
 
 def train_authors(
@@ -218,17 +240,26 @@ def train_authors(
     softening: float = 1e-6,
     init: str = "independent",
     max_steps: int = 200_000,
+    engine: str = "torch",
 ) -> DynamicsRuns:
     """Train a standalone-SSM setting (adaptive step) with the authors' details switched on or off.
 
     The protocol of :func:`lib.poisoning.dynamics.train_dynamics` (loss ≤ ``stop_loss``, then
     ``extra_steps`` more, capped at ``max_steps``; one run per seed and special scale), with the
     arithmetic in ``dtype``, the adaptive step's gradient measure G_k from ``step_norm`` and its
-    ``softening``, and the initialization ``init`` (module docstring). Runs advance together in
-    torch, so this is slower than the compiled loop; with ``dtype="float64"``,
-    ``step_norm="diagonal"`` and ``init="independent"`` it is that loop's protocol (up to the order
-    of sums). Returns :class:`lib.poisoning.dynamics.DynamicsRuns` recording the initial and the
-    final state only (``trajectory.times`` = [0, last step]).
+    ``softening``, and the initialization ``init`` (module docstring).
+
+    ``engine="torch"`` (the default, the reference) advances every run together in torch;
+    ``engine="compiled"`` (float64 only) runs each run's loop compiled by numba
+    (:mod:`lib.poisoning._dynamics_kernels`), some ten times faster. The two compute the same
+    protocol with sums in another order, so they agree up to rounding over a short horizon (tested),
+    not bit for bit over a long run: after a fit the adaptive step grows and amplifies a rounding
+    difference, as another machine's would. They differ only for a run that diverges: the compiled
+    loop stops it at its first non-finite loss or gradient, the torch loop carries it to
+    ``max_steps``. With ``dtype="float64"``, ``step_norm="diagonal"`` and ``init="independent"``
+    this is the protocol of :func:`lib.poisoning.dynamics.train_dynamics`. Returns
+    :class:`lib.poisoning.dynamics.DynamicsRuns` recording the initial and the final state only
+    (``trajectory.times`` = [0, last step]).
     """
     setting = _check_setting(setting)
     if setting.optimizer != "adaptive" or setting.with_mlp:
@@ -242,15 +273,18 @@ def train_authors(
     softening = as_positive_float(softening, "softening")
     init = as_choice(init, "init", INITS)
     max_steps = as_int(max_steps, "max_steps", minimum=0, maximum=min(MAX_STEPS, 10**7))
+    engine = as_choice(engine, "engine", ENGINES)
+    if engine == "compiled" and dtype != torch.float64:
+        raise ValueError(f"engine='compiled' computes in float64, got dtype={dtype}; use "
+                         "engine='torch' for float32")
     pairs = [(seed, scale) for seed in seeds for scale in special_scales]
-    x, y, w, sizes, start, final, converged, last = _run(
+    run = _run if engine == "torch" else _run_compiled
+    x, y, w, sizes, start, final, converged, last, diverged = run(
         setting, pairs, dtype=dtype, step_norm=step_norm, softening=softening, init=init,
         max_steps=max_steps)
     history = {k: torch.stack([start[k], final[k]]).numpy() for k in "abc"}
     losses = _step_gradients(final["a"], final["b"], final["c"], x, y, w)[0]
     start_losses = _step_gradients(start["a"], start["b"], start["c"], x, y, w)[0]
-    diverged = [not all(bool(torch.isfinite(final[k][r]).all()) for k in "abc")
-                for r in range(len(pairs))]
     info = {"converged_step": converged, "steps_run": last, "diverged": diverged,
             "optimizer": "adaptive", "dtype": str(dtype), "step_norm": step_norm, "init": init}
     trajectory = Trajectory(times=np.array([0, max(last)]), params=history,
