@@ -23,6 +23,8 @@ Its small helpers (the finiteness test, the recording buffers) repeat those of t
 compiled modules on purpose: numba's on-disk cache does not notice when a compiled function of
 another file changes, so a cross-file call could run a stale copy.
 
+:func:`_descent` releases the GIL, so independent runs can advance on several cores at once.
+
 Nothing here is public: :func:`lib.networks.linear_nets.cross_entropy_descent` validates its
 inputs and calls these compiled pieces.
 """
@@ -119,7 +121,7 @@ def _relu_gradient(theta, grad, bounds, shapes, xt, x, labels):
     return loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)
 def _descent(theta0, bounds, shapes, xt, x, labels, relu, lr, steps, record_every):
     """The loop of gradient_descent(optimizer="gd"): the recorded iterations, states, losses,
     step sizes (the first ``count`` rows), the last step and the divergence flag."""
