@@ -228,44 +228,41 @@ def _sum_of_block_norms(grad, bounds):
 
 
 @njit(cache=True, error_model="numpy")
-def _full_kernel_norm(a, b, c, z, pw, v):
+def _full_kernel_norm(a, b, c, z, powers, v):
     """‖∂ℓ/∂A‖_F over the full d × d matrix A at a diagonal point (the authors' Keras kernel).
 
     ∂ℓ/∂A_pq = c_p b_q Σ_{r,s: r+s ≤ κ−2} a_p^r a_q^s z_{κ−2−r−s} with z = xᵀu, the formula of
     :func:`lib.poisoning.authors_protocol._full_kernel_gradient` summed in another order:
-    v_qr = Σ_s z_{κ−2−r−s} a_q^s first, then Σ_r a_p^r v_qr. ``pw`` and ``v`` are d × (κ−1)
-    scratch arrays.
+    v_qr = Σ_s z_{κ−2−r−s} a_q^s first, then Σ_r a_p^r v_qr. ``powers`` (κ × d) holds
+    a_j^{κ−1−l} as :func:`_loss_and_gradient` left it, so a_j^r = powers[κ−1−r, j]; ``v`` is a
+    d × (κ−1) scratch array.
     """
-    d, m = pw.shape  # m = κ − 1
-    for q in range(d):
-        value = 1.0
-        for r in range(m):
-            pw[q, r] = value
-            value *= a[q]
+    kappa, d = powers.shape
+    m = kappa - 1
     for q in range(d):
         for r in range(m):
             total = 0.0
             for s in range(m - r):
-                total += z[m - 1 - r - s] * pw[q, s]
+                total += z[m - 1 - r - s] * powers[m - s, q]
             v[q, r] = total
     square = 0.0
     for p in range(d):
         for q in range(d):
             h = 0.0
             for r in range(m):
-                h += pw[p, r] * v[q, r]
+                h += powers[m - r, p] * v[q, r]
             g = c[p] * h * b[q]
             square += g * g
     return math.sqrt(square)
 
 
 @njit(cache=True, error_model="numpy")
-def _adaptive_measure(theta, grad, bounds, d, kappa, work, step_norm, pw, v):
+def _adaptive_measure(theta, grad, bounds, d, kappa, work, step_norm, v):
     """G_k of the adaptive step (App. H.1.1): Σ_t ‖g_t‖ over the parameter blocks
     (``DIAGONAL_NORM``, a's gradient over A's diagonal), the same with a's block replaced by the
     full-kernel norm :func:`_full_kernel_norm` (``FULL_NORM``, the authors' code), or Σ_t ‖g_t‖²
-    (``SQUARED_NORM``, the paper's text). ``work`` holds z = xᵀu where
-    :func:`_loss_and_gradient` left it."""
+    (``SQUARED_NORM``, the paper's text). ``work`` holds the powers of a and z = xᵀu where
+    :func:`_loss_and_gradient` left them."""
     if step_norm == DIAGONAL_NORM:
         return _sum_of_block_norms(grad, bounds)
     if step_norm == SQUARED_NORM:
@@ -273,8 +270,9 @@ def _adaptive_measure(theta, grad, bounds, d, kappa, work, step_norm, pw, v):
         for p in range(bounds[bounds.shape[0] - 1]):
             total += grad[p] * grad[p]
         return total
+    powers = work[: kappa * d].reshape((kappa, d))
     z = work[2 * kappa * d + kappa : 2 * kappa * d + 2 * kappa]
-    total = _full_kernel_norm(theta[:d], theta[d : 2 * d], theta[2 * d : 3 * d], z, pw, v)
+    total = _full_kernel_norm(theta[:d], theta[d : 2 * d], theta[2 * d : 3 * d], z, powers, v)
     return total + _sum_of_block_norms(grad, bounds[1:])
 
 
@@ -319,8 +317,7 @@ def _train_run(
     second = np.zeros(size)
     update = np.empty(size)
     work = np.empty(work_size(x.shape[0], x.shape[1], d, hidden))
-    pw = np.empty((d, max(x.shape[1] - 1, 1)))  # scratch of the full-kernel norm
-    v = np.empty((d, max(x.shape[1] - 1, 1)))
+    v = np.empty((d, max(x.shape[1] - 1, 1)))  # scratch of the full-kernel norm
     avg_norm = 0.0
     converged = -1
     last = steps
@@ -345,7 +342,7 @@ def _train_run(
             eta = lr
             update[:] = grad
         elif optimizer == ADAPTIVE:
-            measure = _adaptive_measure(theta, grad, bounds, d, x.shape[1], work, step_norm, pw, v)
+            measure = _adaptive_measure(theta, grad, bounds, d, x.shape[1], work, step_norm, v)
             avg_norm = beta * avg_norm + (1.0 - beta) * measure
             eta = lr / (math.sqrt(avg_norm / (1.0 - beta ** (k + 1))) + softening)
             update[:] = grad
