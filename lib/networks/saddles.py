@@ -639,8 +639,10 @@ def escape_search(
     rescales onto the sphere. Normalizing the step matters at depth: at a random point the gradient
     is of order n^{−L/2} and plain projected descent stalls. The angle decays geometrically from
     ``lr[0]`` to ``lr[1]``: optimal directions sit on ReLU kinks, where a fixed step oscillates.
-    The fixed points of the iteration are the critical points of L₀ on the sphere (Definition
-    2.1); a run that ends with a positive speed ended near an escape direction.
+    The fixed points of a fixed-angle iteration are the critical points of L₀ on the sphere
+    (Definition 2.1); with the decaying angle a run also stops moving once the angle is small,
+    critical or not, so the speed it ends at is a lower bound on s*(L), and the end point is an
+    escape direction only where a separate criticality check says so.
 
     ``engine="compiled"`` (the default) runs each seed's whole loop compiled by numba
     (:func:`lib.networks._saddle_kernels.sphere_descent`); ``engine="numpy"`` runs the same

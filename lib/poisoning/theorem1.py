@@ -483,8 +483,8 @@ def theorem1_lower_bound(d: int, kappa: int) -> float:
     In absolute units (divide by d for the normalization of the paper's tables). This is the
     constant of the theorem's statement in the main text. The proof applies Lemma 3 directly to
     the poisoned limit, and the lemma's argument gives the larger constant
-    min{0.1, 0.9 (1 − 0.6^{1/(κ−1)})/d} (8.1 times this value for d = 10, κ = 7), which implies
-    the stated bound. (The concluding lines
+    min{0.1, 0.9 (1 − 0.6^{1/(κ−1)})/d} (its second term is 8.1 times this one's at every d
+    and κ), which implies the stated bound. (The concluding lines
     of App. E.3-E.4 write the constant with a leading factor the OCR'd text renders as "i" / "L";
     it does not weaken what Lemma 3 gives.)
     """
