@@ -1617,12 +1617,16 @@ def control_tasks() -> list:
     """One task per setting, each with its own seeds (the same for every setting: the settings
     differ only in the victim)."""
     from diagnose_matching import diagnose_task
+    from evasion_scale import evasion_task
+    from evasion_scale import key as evasion_key
     from other_classes_control import key as other_key
     from other_classes_control import other_classes_task
     from tasks import Task
 
     costs = {"MLP transfer": 120.0, "MLP scratch": 400.0, "S4D transfer": 300.0,
              "S4D scratch": 900.0, "S4D scratch, 40 epochs": 900.0}
+    evasion_costs = {"MLP transfer": 5.0, "MLP scratch": 5.0, "S4D transfer": 15.0,
+                     "S4D scratch": 15.0, "S4D scratch, 40 epochs": 20.0}  # measured, one thread
     return [
         Task(f"control {name}", control_setting,
              {"name": name, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
@@ -1728,6 +1732,14 @@ def control_tasks() -> list:
               "victim_seeds": CONTROL_SETTINGS["MLP transfer"][2],
               "eps_gray": CONTROL_EPS_GRAY, "remaining": True},
              900.0, (other_key("MLP", CONTROL_EPS_GRAY, True),))
+    ] + [
+        # the data's adversarial scale: targeted evasion of each setting's own targets
+        # (benchmarks/evasion_scale)
+        Task(f"evasion {name}", evasion_task,
+             {"name": name, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED},
+             evasion_costs[name], (evasion_key(name),))
+        for name in CONTROL_SETTINGS
     ]
 
 
