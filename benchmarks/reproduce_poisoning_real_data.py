@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from lib.book import data
+from lib.poisoning import evasion, mlp_victim
 from lib.poisoning import gradient_matching as gm
-from lib.poisoning import mlp_victim
 from lib.poisoning import transfer_victim as tv
 from lib.ssm import s4d
 
@@ -109,6 +109,27 @@ def draw_targets(predicted: torch.Tensor, y_test: torch.Tensor, count: int, seed
     targets = [int(t) for t in rng.choice(correct, count, replace=False)]
     adversarial = [int((y_test[t] + rng.integers(1, 10)) % 10) for t in targets]
     return targets, adversarial
+
+
+def draw_reachable_targets(victim: gm.Victim, surrogate: dict, x_test: torch.Tensor,
+                           y_test: torch.Tensor, predicted: torch.Tensor, count: int, seed: int,
+                           eps: float, data_range) -> tuple[list[int], list[int], dict]:
+    """``count`` targets that the chapter's eps can reach directly: every test image the surrogate
+    gets right is given an adversarial class by the control's rule (``seed``); the targeted
+    evasion attack (lib.poisoning.evasion, defaults) at ``eps`` on the surrogate decides which are
+    reachable; ``count`` of those are drawn without replacement (``seed + 1``), each with its
+    adversarial class. Also returns the pool's sizes (images right, images reachable)."""
+    rng = np.random.default_rng(seed)
+    correct = np.flatnonzero((predicted == y_test).numpy())
+    adversarial = [int((y_test[t] + rng.integers(1, 10)) % 10) for t in correct]
+    index = torch.as_tensor(correct)
+    out = evasion.targeted_evasion(victim, surrogate, x_test[index], y_test[index],
+                                   torch.as_tensor(adversarial), eps, data_range)
+    reachable = np.flatnonzero(out["success"][0])
+    pick = np.random.default_rng(seed + 1).choice(reachable, min(count, len(reachable)),
+                                                  replace=False)
+    return ([int(correct[i]) for i in pick], [adversarial[i] for i in pick],
+            {"right": len(correct), "reachable": len(reachable)})
 
 
 def whole_class(y_train: torch.Tensor) -> int:
@@ -379,6 +400,8 @@ S4D_CONTROL_EPOCHS = 10  # the chapter's default training of S4D victims
 # victims alike) for the authors' 40 epochs, where it fits its clean set (the S4D-fit task below),
 # at the dose where both MLP settings are poisoned.
 CONTROL_EPOCHS = {"S4D scratch, 40 epochs": 40}
+# the control on targets the chapter's eps reaches directly (benchmarks/evasion_scale.py)
+REACHABLE_SETTINGS = ("MLP transfer", "MLP scratch", "S4D transfer", "S4D scratch")
 HEAD_TRAIN = tv.HeadTrainConfig(epochs=40, batch=32, lr=1e-2)
 MLP_CONTROL_TRAIN = mlp_victim.TrainConfig(epochs=30, batch=64, lr=1e-2)
 MLP_EXTRACTOR_TRAIN = mlp_victim.TrainConfig(epochs=60, batch=32, lr=1e-2)
@@ -422,10 +445,16 @@ def control_setting(
     target_seed: int,
     attack_seed: int,
     victim_seeds: list[int],
+    reachable: bool = False,
 ) -> dict:
     """One setting of the control: surrogate, targets, every (dose, arm)'s poisons, and victims
-    retrained from scratch on each (one batched call), with per-pair outcomes (target-major)."""
+    retrained from scratch on each (one batched call), with per-pair outcomes (target-major).
+
+    ``reachable``: the targets are drawn among those the chapter's eps reaches directly
+    (draw_reachable_targets), at the chapter's eps only; the record is then written under
+    ("reachable", name) (benchmarks/evasion_scale.py, the design)."""
     family, setting, _, arms, doses = CONTROL_SETTINGS[name]
+    doses = (1,) if reachable else doses
     start, cpu = time.perf_counter(), time.process_time()
     x_all, y_all, xt, yt, data_range = data.digits_split()
     pretrain, (x, y) = split_for_transfer(x_all, y_all)
@@ -446,7 +475,12 @@ def control_setting(
     record["clean_held_out_accuracy"] = tv.accuracy(victim, clean, xt, yt).numpy()
     with torch.no_grad():
         predicted = victim.logits(surrogate, xt[None].to(victim.dtype))[0].argmax(-1)
-    targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
+    if reachable:
+        targets, adversarial, record["pool"] = draw_reachable_targets(
+            victim, surrogate, xt, yt, predicted, CONTROL_TARGETS, target_seed,
+            CONTROL_EPS_GRAY * gray, data_range)
+    else:
+        targets, adversarial = draw_targets(predicted, yt, CONTROL_TARGETS, target_seed)
     record.update(targets=targets, adversarial=adversarial)
     pair_t = [t for t in targets for _ in victim_seeds]
     pair_a = [a for a in adversarial for _ in victim_seeds]
@@ -501,7 +535,7 @@ def control_setting(
     record["cells"] = cells
     record["seconds"] = time.perf_counter() - start
     record["cpu_seconds"] = time.process_time() - cpu
-    return {("control", name): record}
+    return {("reachable" if reachable else "control", name): record}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1740,6 +1774,15 @@ def control_tasks() -> list:
               "target_seed": TARGET_SEED},
              evasion_costs[name], (evasion_key(name),))
         for name in CONTROL_SETTINGS
+    ] + [
+        # the control on targets the chapter's eps reaches directly (benchmarks/evasion_scale,
+        # second design, registered before its runs)
+        Task(f"reachable {name}", control_setting,
+             {"name": name, "surrogate_seed": SURROGATE_SEED, "extractor_seed": EXTRACTOR_SEED,
+              "target_seed": TARGET_SEED, "attack_seed": ATTACK_SEED,
+              "victim_seeds": CONTROL_SETTINGS[name][2], "reachable": True},
+             costs[name] / 2, (("reachable", name),))
+        for name in REACHABLE_SETTINGS
     ]
 
 
