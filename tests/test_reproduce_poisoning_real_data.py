@@ -124,6 +124,30 @@ def test_a_control_setting_on_a_tiny_size(monkeypatch):
         rp.control_victim("CNN", "transfer", None, 0)
 
 
+def test_the_reachable_control_draws_only_targets_the_direct_attack_moves(monkeypatch):
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", 3)
+    monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
+    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1))
+    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
+    out = rp.control_setting("MLP transfer", surrogate_seed=100, extractor_seed=200,
+                             target_seed=0, attack_seed=1, victim_seeds=[0], reachable=True)
+    record = out[("reachable", "MLP transfer")]
+    assert [c["dose"] for c in record["cells"]] == [1]  # the chapter's eps only
+    assert 3 <= record["pool"]["reachable"] <= record["pool"]["right"]
+    # every drawn target is moved into its adversarial class by the direct attack on the
+    # surrogate (recomputed here from the same seeds)
+    x_all, y_all, xt, yt, data_range = data.digits_split()
+    pretrain, (x, y) = rp.split_for_transfer(x_all, y_all)
+    victim, _ = rp.control_victim("MLP", "transfer", pretrain, 200)
+    surrogate = victim.train(x[None], y[None], [100])
+    idx = torch.as_tensor(record["targets"])
+    gray = (data_range[1] - data_range[0]) / 16
+    reached = rp.evasion.targeted_evasion(victim, surrogate, xt[idx], yt[idx],
+                                          torch.as_tensor(record["adversarial"]),
+                                          rp.CONTROL_EPS_GRAY * gray, data_range)
+    assert reached["success"].all() and reached["clean_correct"].all()
+
+
 def test_the_oracle_task_on_a_tiny_size(monkeypatch):
     """The white-box task: its arms, each random control of its arm's size, one outcome per
     (target, seed) pair; and the S4D fit task's layout."""
@@ -429,3 +453,23 @@ def test_the_published_brew_on_the_transfer_head_on_a_tiny_size(monkeypatch):
     for arm in record["arms"].values():
         assert arm["linf_over_eps_median"] <= 1 + 1e-9 and len(arm["success"]) == 4
     assert "published brew, MLP transfer 2 gray" in {t.key for t in rp.tasks()}
+
+
+def test_the_evasion_task_attacks_the_control_targets(monkeypatch):
+    import evasion_scale
+
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", 3)
+    monkeypatch.setattr(rp, "MLP_CONTROL_TRAIN", rp.mlp_victim.TrainConfig(epochs=2))
+    out = evasion_scale.evasion_task(name="MLP scratch", surrogate_seed=100, extractor_seed=200,
+                                     target_seed=0, gray_levels=(1.0, 6.0), steps=20)
+    record = out[evasion_scale.key("MLP scratch")]
+    _plain(record)  # JSON-ready
+    assert len(record["targets"]) == 3 and [c["eps_gray"] for c in record["cells"]] == [1.0, 6.0]
+    assert all(len(c["success"]) == 3 for c in record["cells"])
+    # the targets are the control's: drawn by its rule from the same surrogate's predictions
+    x_all, y_all, xt, yt, _ = data.digits_split()
+    _, (x, y) = rp.split_for_transfer(x_all, y_all)
+    victim, _ = rp.control_victim("MLP", "scratch", None, 200)
+    surrogate = victim.train(x[None], y[None], [100])
+    predicted = victim.logits(surrogate, xt[None])[0].argmax(-1)
+    assert (record["targets"], record["adversarial"]) == rp.draw_targets(predicted, yt, 3, 0)
