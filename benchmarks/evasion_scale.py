@@ -48,7 +48,9 @@ Setting. The control's settings "MLP transfer", "MLP scratch", "S4D transfer", "
 Outcome per setting: "success" when the criterion (the chapter's, ctl-criterion) finds the
   primary arm "attack" (this book's step rule) poisoned against its random control; "failure"
   otherwise. The authors' step-rule arm (MLP settings) is reported beside it, not as the outcome.
-  With no flip in the random control, success needs 8 of 32 targets flipped on every seed.
+  With no flip in the random control, success needs 7 of 32 targets flipped on every seed
+  (criterion_floor in the chapter; this line said 8 when registered, a slip of arithmetic
+  corrected after the runs: the outcome is the criterion's, not this count's).
 Order of the runs (for time): MLP transfer, MLP scratch, S4D transfer, S4D scratch; all four
   are registered; a run not made is said so.
 """
