@@ -9,8 +9,8 @@ a GPU. Nothing is downloaded. Usage::
 
 What one row computes (Table 2's rows: 10 or 20 target test images, 500, 2500 or 5000 poisons):
 
-1. CIFAR-10 by :func:`lib.book.data.cifar10`: the first 45000 training images (as the paper), read
-as
+1. CIFAR-10 by :func:`lib.book.data.cifar10`: the first 45000 training images (the paper's
+   count; which images, it does not say), read as
    1024 steps of 3 values the way the authors' S4 victim reads them (``--reading pixels`` for
    pixel-by-pixel RGB steps instead).
 2. A clean surrogate, :data:`lib.ssm.s4d.CIFAR10_VICTIM` (4 layers, 128 channels, state 64), trained
@@ -134,8 +134,9 @@ def _choose_targets(y_test, classes, settings: Settings) -> tuple[list[int], lis
 
 
 def _random_subset(y_train, y_test, settings: Settings):
-    """The paper's threat model: targets of one class with one intended class, poisons from the
-    whole training set, the clean set drawn from the rest (module docstring)."""
+    """The threat model of the authors' code as we read it (the paper does not state it): targets
+    of one class with one intended class, poisons from the whole training set, the clean set drawn
+    from the rest (module docstring)."""
     rng = np.random.default_rng(settings.seed)
     classes = sorted(set(y_test.tolist()))
     target_class = int(rng.choice(classes))
@@ -154,7 +155,8 @@ def _random_subset(y_train, y_test, settings: Settings):
 
 
 def run_random_subset(settings: Settings = Settings(), folder=None, *, log=print) -> dict:
-    """One Table-2 row under the paper's threat model (``threat_model="random-subset"``)."""
+    """One Table-2 row under the authors' code's threat model as we read it
+    (``threat_model="random-subset"``)."""
     clock = {}
     start = time.perf_counter()
     x_all, y_all, x_test, y_test, data_range = data.cifar10(folder, reading=settings.reading)
