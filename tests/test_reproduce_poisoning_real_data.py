@@ -102,11 +102,16 @@ def test_split_for_transfer_is_disjoint():
     assert torch.equal(xa, x[::3]) and torch.equal(ya, y[::3])
 
 
-def test_a_control_setting_on_a_tiny_size(monkeypatch):
-    monkeypatch.setattr(rp, "CONTROL_TARGETS", 2)
+def tiny_control(monkeypatch, targets: int) -> None:
+    """The control cut to seconds: ``targets`` targets, 2 attack steps, 1-epoch trainings."""
+    monkeypatch.setattr(rp, "CONTROL_TARGETS", targets)
     monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
     monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1))
     monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
+
+
+def test_a_control_setting_on_a_tiny_size(monkeypatch):
+    tiny_control(monkeypatch, 2)
     out = rp.control_setting("MLP transfer", surrogate_seed=100, extractor_seed=200,
                              target_seed=0, attack_seed=1, victim_seeds=[0, 3])
     record = out[("control", "MLP transfer")]
@@ -125,10 +130,7 @@ def test_a_control_setting_on_a_tiny_size(monkeypatch):
 
 
 def test_the_reachable_control_draws_only_targets_the_direct_attack_moves(monkeypatch):
-    monkeypatch.setattr(rp, "CONTROL_TARGETS", 3)
-    monkeypatch.setattr(rp, "CONTROL_STEPS", 2)
-    monkeypatch.setattr(rp, "HEAD_TRAIN", rp.tv.HeadTrainConfig(epochs=1))
-    monkeypatch.setattr(rp, "MLP_EXTRACTOR_TRAIN", rp.mlp_victim.TrainConfig(epochs=1))
+    tiny_control(monkeypatch, 3)
     out = rp.control_setting("MLP transfer", surrogate_seed=100, extractor_seed=200,
                              target_seed=0, attack_seed=1, victim_seeds=[0], reachable=True)
     record = out[("reachable", "MLP transfer")]
